@@ -1,0 +1,151 @@
+//! The one panic boundary every `extern "C"` function runs behind, plus the pointer helpers.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use ferrolock::{Error, ErrorKind};
+
+use crate::error::ferrolock_error;
+use crate::result::ferrolock_result;
+
+/// Run `f`, turning a panic into `fallback`. For functions that return a value, not a result.
+pub(crate) fn catch<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+/// Run `f` and map its outcome to a result code. On failure the error is handed to the caller
+/// through `out_error` when it is not NULL; on success `out_error` is not touched.
+///
+/// # Safety
+/// `out_error` is NULL or valid for one pointer write.
+pub(crate) unsafe fn call(
+    out_error: *mut *mut ferrolock_error,
+    f: impl FnOnce() -> Result<(), Error>,
+) -> ferrolock_result {
+    let outcome = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(panic_error(p.as_ref())));
+    match outcome {
+        Ok(()) => ferrolock_result::Ok,
+        Err(e) => {
+            let code = ferrolock_result::from_kind(e.kind());
+            if !out_error.is_null() {
+                let boxed = Box::into_raw(Box::new(ferrolock_error::new(&e)));
+                // SAFETY: checked non-NULL; the caller promises it is valid for a write.
+                unsafe { out_error.write(boxed) };
+            }
+            code
+        }
+    }
+}
+
+fn panic_error(payload: &(dyn Any + Send)) -> Error {
+    // Only literal panic messages are shown: formatted ones could carry caller data.
+    let detail = payload.downcast_ref::<&'static str>().copied().unwrap_or("(no detail)");
+    Error::new(ErrorKind::Internal, format!("a panic was caught at the C boundary: {detail}"))
+}
+
+/// `NULL_ARGUMENT` if `p` is NULL.
+pub(crate) fn non_null<T>(p: *const T, what: &str) -> Result<(), Error> {
+    if p.is_null() {
+        return Err(Error::new(ErrorKind::NullArgument, format!("{what} is NULL")));
+    }
+    Ok(())
+}
+
+/// A caller's byte string: NULL is accepted only with length 0.
+///
+/// # Safety
+/// A non-NULL `ptr` is valid for reads of `len` bytes for `'a`.
+pub(crate) unsafe fn bytes<'a>(ptr: *const u8, len: usize, what: &str) -> Result<&'a [u8], Error> {
+    if ptr.is_null() {
+        if len == 0 {
+            return Ok(&[]);
+        }
+        return Err(Error::new(ErrorKind::NullArgument, format!("{what} is NULL with a non-zero length")));
+    }
+    if isize::try_from(len).is_err() {
+        return Err(Error::new(ErrorKind::InvalidArgument, format!("{what}: length out of range")));
+    }
+    // SAFETY: the caller promises `len` readable bytes at `ptr`.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// A caller's UTF-8 string (ptr + len, no NUL needed); interior NULs are refused.
+///
+/// # Safety
+/// As for [`bytes`].
+pub(crate) unsafe fn utf8<'a>(
+    ptr: *const std::ffi::c_char,
+    len: usize,
+    what: &str,
+    kind: ErrorKind,
+) -> Result<&'a str, Error> {
+    // SAFETY: forwarded contract.
+    let b = unsafe { bytes(ptr.cast(), len, what) }?;
+    let s = std::str::from_utf8(b).map_err(|_| Error::new(kind, format!("{what} is not valid UTF-8")))?;
+    if s.contains('\0') {
+        return Err(Error::new(kind, format!("{what} contains a NUL byte")));
+    }
+    Ok(s)
+}
+
+/// Write `value` through a checked out-pointer.
+///
+/// # Safety
+/// `out` is non-NULL (checked by the caller) and valid for one write.
+pub(crate) unsafe fn write<T>(out: *mut T, value: T) {
+    // SAFETY: forwarded contract.
+    unsafe { out.write(value) };
+}
+
+#[cfg(test)]
+#[allow(clippy::panic, clippy::unwrap_used)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+    use crate::error::{ferrolock_error_code, ferrolock_error_free, ferrolock_error_message};
+
+    #[test]
+    fn a_panic_becomes_internal_with_an_error_object() {
+        let mut err: *mut ferrolock_error = std::ptr::null_mut();
+        // SAFETY: `err` is a valid out-pointer.
+        let rc = unsafe { call(&mut err, || panic!("boom")) };
+        assert_eq!(rc, ferrolock_result::Internal);
+        assert!(!err.is_null());
+        // SAFETY: `err` was just made by `call`.
+        unsafe {
+            assert_eq!(ferrolock_error_code(err), 500);
+            let msg = CStr::from_ptr(ferrolock_error_message(err)).to_str().unwrap();
+            assert!(msg.starts_with("INTERNAL: a panic was caught at the C boundary: boom"), "{msg}");
+            ferrolock_error_free(err);
+        }
+        assert_eq!(catch(7, || -> i32 { panic!("x") }), 7);
+    }
+
+    #[test]
+    fn success_leaves_the_error_untouched_and_null_error_pointers_are_fine() {
+        let sentinel = 0x5a5a as *mut ferrolock_error;
+        let mut err = sentinel;
+        // SAFETY: valid out-pointer / NULL.
+        unsafe {
+            assert_eq!(call(&mut err, || Ok(())), ferrolock_result::Ok);
+            assert_eq!(err, sentinel);
+            let rc = call(std::ptr::null_mut(), || Err(Error::new(ErrorKind::NotHeld, "x")));
+            assert_eq!(rc, ferrolock_result::NotHeld);
+        }
+    }
+
+    #[test]
+    fn byte_and_string_arguments() {
+        // SAFETY: the pointers below are NULL or valid for their lengths.
+        unsafe {
+            assert_eq!(bytes(std::ptr::null(), 0, "n").unwrap(), b"");
+            assert_eq!(bytes(std::ptr::null(), 3, "n").unwrap_err().kind(), ErrorKind::NullArgument);
+            assert_eq!(bytes(b"abc".as_ptr(), 2, "n").unwrap(), b"ab");
+            let k = ErrorKind::InvalidUrl;
+            assert_eq!(utf8(c"redis://x".as_ptr(), 9, "url", k).unwrap(), "redis://x");
+            assert_eq!(utf8(c"a\xffb".as_ptr(), 3, "url", k).unwrap_err().kind(), k);
+            assert_eq!(utf8(b"a\0b".as_ptr().cast(), 3, "url", k).unwrap_err().kind(), k);
+        }
+    }
+}

@@ -1,0 +1,79 @@
+// Package ferrolock is the Go binding of ferrolock: Redis distributed locks with fencing tokens,
+// reentrancy, watchdog renewal and lost-lock signals, sharing one audited Rust core (through its
+// C API, bindings-c/include/ferrolock.h) with the Rust, Python, Node and C bindings. Locks taken
+// here contend correctly with locks taken from any of those languages.
+//
+//	client, err := ferrolock.Connect(ctx, "redis://127.0.0.1:6379", nil)
+//	lock, err := client.Lock("orders:42", nil) // watchdog-renewed lease
+//	held, err := lock.Acquire(ctx)            // honours ctx's deadline and cancellation
+//	defer held.Release(context.Background())
+//	write(held.Fence(), held.Context())       // the resource must reject lower fences
+//
+// Build: the package links the static library target/release/libferrolock_c.a of this
+// repository (cargo build --release -p ferrolock-c).
+package ferrolock
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../bindings-c/include
+#cgo LDFLAGS: ${SRCDIR}/../target/release/libferrolock_c.a -lgcc_s -lutil -lrt -lpthread -lm -ldl
+#include <stdlib.h>
+#include "ferrolock.h"
+*/
+import "C"
+
+import (
+	"context"
+	"time"
+	"unsafe"
+)
+
+// check converts a C result and its error object (which it frees).
+func check(rc C.ferrolock_result, cerr *C.ferrolock_error) error {
+	if rc == C.FERROLOCK_RESULT_OK {
+		return nil
+	}
+	e := &Error{Code: ErrorCode(rc), Message: C.GoString(C.ferrolock_error_message(cerr))}
+	C.ferrolock_error_free(cerr)
+	return e
+}
+
+// bytesArg is a Go string as a C (pointer, length) pair, valid during one cgo call.
+func bytesArg(s string) (*C.uint8_t, C.size_t) {
+	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s))), C.size_t(len(s))
+}
+
+func millis(d time.Duration) C.uint64_t {
+	if d <= 0 {
+		return 0
+	}
+	return C.uint64_t((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// withContext runs the blocking f, returning early with ctx's error if ctx ends first; f then
+// completes in the background and late (if not nil) disposes of what it produced.
+func withContext[T any](ctx context.Context, f func() (T, error), late func(T)) (T, error) {
+	if ctx.Done() == nil {
+		return f()
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.err == nil && late != nil {
+				late(r.v)
+			}
+		}()
+		var zero T
+		return zero, contextError(ctx, ErrTimeout)
+	}
+}

@@ -1,0 +1,218 @@
+package ferrolock
+
+/*
+#include <stdlib.h>
+#include "ferrolock.h"
+*/
+import "C"
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// ClientOptions configures Connect. The zero value (or nil) means the core's defaults.
+type ClientOptions struct {
+	ConnectTimeout  time.Duration // TCP/TLS connect + handshake; 0: 2 s
+	ResponseTimeout time.Duration // any one reply; 0: 1 s
+	WatchdogTTL     time.Duration // lease of locks made without a TTL (renewed); 0: 30 s
+	MaxNameLen      int           // longest lock name in bytes; 0: 64 KiB
+	MaxReentrancy   uint32        // deepest re-entry through one Lock; 0: 1024
+	Prefix          string        // key prefix; "": "ferrolock:"
+
+	// rediss:// only (the server's chain and host name are always verified):
+	TLSCAFile   string // PEM CA certificates to trust instead of the system store
+	TLSCertFile string // PEM client certificate for mutual TLS (with TLSKeyFile)
+	TLSKeyFile  string // PEM private key of the client certificate
+
+	// Replica acknowledgement (single server or Sentinel; docs/GUARANTEES.md): replicas that
+	// must acknowledge each grant (WAIT), else it is undone and ErrNotReplicated returned; 0: off.
+	ReplicaAcks        uint32
+	ReplicaAcksTimeout time.Duration // longest wait for them (1 ms to 1 s, below ResponseTimeout); 0: 100 ms
+
+	// Redlock only (ConnectRedlock):
+	RedlockQuorum      int           // masters that must grant; 0: a strict majority
+	RedlockNodeTimeout time.Duration // per-master timeout, far below the TTL; 0: 50 ms
+}
+
+// Client is a connection to one Redis server, shared by the locks made from it. Safe for
+// concurrent use. Close it when done (a finalizer closes it otherwise).
+type Client struct {
+	mu  sync.Mutex
+	ptr *C.ferrolock_client // nil once closed
+}
+
+// Connect connects to url (redis://[user:password@]host[:port][/db], rediss:// for TLS,
+// redis+sentinel://host:port[,host:port...]/master-name[/db] for the master found through
+// Sentinel with failovers followed, redis+cluster://host:port[,host:port...] for Redis Cluster).
+// It returns early with an error if ctx ends first (a connection that arrives late is closed).
+func Connect(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
+	return connect(ctx, []string{url}, opts, false)
+}
+
+// ConnectRedlock connects to independent masters for Redlock. The Client is used exactly like
+// one from Connect; its locks take, renew and release on a quorum of the masters. Fails with
+// ErrQuorumNotReached if fewer than a quorum can be reached now, ErrInvalidConfig for an even
+// count without RedlockQuorum, a quorum that is not a strict majority, or a master listed twice.
+func ConnectRedlock(ctx context.Context, urls []string, opts *ClientOptions) (*Client, error) {
+	return connect(ctx, urls, opts, true)
+}
+
+func connect(ctx context.Context, urls []string, opts *ClientOptions, redlock bool) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, contextError(ctx, ErrTimeout)
+	}
+	var o C.ferrolock_client_options
+	if opts != nil {
+		o.connect_timeout_ms = millis(opts.ConnectTimeout)
+		o.response_timeout_ms = millis(opts.ResponseTimeout)
+		o.watchdog_ttl_ms = millis(opts.WatchdogTTL)
+		o.max_name_len = C.size_t(max(opts.MaxNameLen, 0))
+		o.max_reentrancy = C.uint32_t(opts.MaxReentrancy)
+		o.redlock_quorum = C.size_t(max(opts.RedlockQuorum, 0))
+		o.redlock_node_timeout_ms = millis(opts.RedlockNodeTimeout)
+		o.replica_acks = C.uint32_t(opts.ReplicaAcks)
+		o.replica_acks_timeout_ms = millis(opts.ReplicaAcksTimeout)
+	}
+	dial := func() (*C.ferrolock_client, error) {
+		// C memory for everything passed: the call may outlive the caller (late completion).
+		n := len(urls)
+		ptrs := unsafe.Slice((**C.char)(C.calloc(C.size_t(max(n, 1)), C.size_t(unsafe.Sizeof((*C.char)(nil))))), n)
+		lens := unsafe.Slice((*C.size_t)(C.calloc(C.size_t(max(n, 1)), C.size_t(unsafe.Sizeof(C.size_t(0))))), n)
+		defer C.free(unsafe.Pointer(unsafe.SliceData(lens)))
+		defer C.free(unsafe.Pointer(unsafe.SliceData(ptrs)))
+		for i, u := range urls {
+			ptrs[i] = (*C.char)(C.CBytes([]byte(u)))
+			lens[i] = C.size_t(len(u))
+			defer C.free(unsafe.Pointer(ptrs[i]))
+		}
+		oc := o
+		if opts != nil && opts.Prefix != "" {
+			oc.prefix = C.CString(opts.Prefix)
+			oc.prefix_len = C.size_t(len(opts.Prefix))
+			defer C.free(unsafe.Pointer(oc.prefix))
+		}
+		if opts != nil {
+			for _, f := range []struct {
+				path string
+				ptr  **C.char
+				n    *C.size_t
+			}{
+				{opts.TLSCAFile, &oc.tls_ca_file, &oc.tls_ca_file_len},
+				{opts.TLSCertFile, &oc.tls_cert_file, &oc.tls_cert_file_len},
+				{opts.TLSKeyFile, &oc.tls_key_file, &oc.tls_key_file_len},
+			} {
+				if f.path != "" {
+					*f.ptr = C.CString(f.path)
+					*f.n = C.size_t(len(f.path))
+					defer C.free(unsafe.Pointer(*f.ptr))
+				}
+			}
+		}
+		var p *C.ferrolock_client
+		var cerr *C.ferrolock_error
+		var rc C.ferrolock_result
+		if redlock {
+			rc = C.ferrolock_client_new_redlock(unsafe.SliceData(ptrs), unsafe.SliceData(lens), C.size_t(n), &oc, &p, &cerr)
+		} else {
+			rc = C.ferrolock_client_new(ptrs[0], lens[0], &oc, &p, &cerr)
+		}
+		return p, check(rc, cerr)
+	}
+	p, err := withContext(ctx, dial, func(p *C.ferrolock_client) { C.ferrolock_client_free(p) })
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{}
+	c.ptr = p
+	runtime.SetFinalizer(c, (*Client).Close)
+	return c, nil
+}
+
+// IsRedlock reports whether the client locks by quorum (made by ConnectRedlock).
+func (c *Client) IsRedlock() bool {
+	p := c.load()
+	if p == nil {
+		return false
+	}
+	var b C.bool
+	C.ferrolock_client_is_redlock(p, &b, nil)
+	runtime.KeepAlive(c)
+	return bool(b)
+}
+
+// Close frees the client. Idempotent. Locks and held locks made from it stay usable until they
+// are closed too (they keep the connection alive).
+func (c *Client) Close() error {
+	if p := c.take(); p != nil {
+		C.ferrolock_client_free(p)
+		runtime.SetFinalizer(c, nil)
+	}
+	return nil
+}
+
+// Lock makes a lock handle for name (any bytes; no I/O). Each handle has its own owner token:
+// acquiring again through the same Lock re-enters; another Lock contends. nil opts: a
+// watchdog-renewed lease of the client's WatchdogTTL.
+func (c *Client) Lock(name string, opts *LockOptions) (*Lock, error) {
+	p := c.load()
+	if p == nil {
+		return nil, closedError("client")
+	}
+	var o C.ferrolock_lock_options
+	if opts != nil {
+		if opts.TTL < 0 {
+			return nil, &Error{Code: ErrInvalidDuration, Message: "INVALID_DURATION: TTL is negative"}
+		}
+		o.ttl_ms = millis(opts.TTL)
+		o.renew = C.uint32_t(opts.Renew)
+	}
+	n, nlen := bytesArg(name)
+	var l *C.ferrolock_lock
+	var cerr *C.ferrolock_error
+	rc := C.ferrolock_lock_new(p, n, nlen, &o, &l, &cerr)
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(name)
+	if err := check(rc, cerr); err != nil {
+		return nil, err
+	}
+	lock := &Lock{name: name}
+	lock.ptr = l
+	runtime.SetFinalizer(lock, (*Lock).Close)
+	return lock, nil
+}
+
+// ForceUnlock deletes whatever hold name has (administrative) and wakes its waiters; the former
+// holder finds out at its next renewal. Reports whether anything was held.
+func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
+	return withContext(ctx, func() (bool, error) {
+		p := c.load()
+		if p == nil {
+			return false, closedError("client")
+		}
+		n, nlen := bytesArg(name)
+		var was C.bool
+		var cerr *C.ferrolock_error
+		rc := C.ferrolock_client_force_unlock(p, n, nlen, &was, &cerr)
+		runtime.KeepAlive(c)
+		runtime.KeepAlive(name)
+		return bool(was), check(rc, cerr)
+	}, nil)
+}
+
+func (c *Client) load() *C.ferrolock_client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ptr
+}
+
+func (c *Client) take() *C.ferrolock_client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.ptr
+	c.ptr = nil
+	return p
+}

@@ -1,0 +1,40 @@
+package ferrolock
+
+import (
+	"errors"
+	"testing"
+)
+
+// Every code of the core: Go constant, C library list and names agree; errors.Is works on each.
+func TestErrorCodesWalkEveryCode(t *testing.T) {
+	lib := libraryErrorCodes()
+	if len(lib) != len(AllErrorCodes) {
+		t.Fatalf("library has %d codes, Go has %d", len(lib), len(AllErrorCodes))
+	}
+	seen := map[ErrorCode]bool{}
+	for i, code := range AllErrorCodes {
+		if lib[i] != code {
+			t.Errorf("code %d: library %d, Go %d", i, lib[i], code)
+		}
+		if got := libraryCodeName(code); got != code.String() {
+			t.Errorf("code %d: library name %q, Go name %q", code, got, code.String())
+		}
+		if seen[code] || code < 100 || code >= 600 {
+			t.Errorf("code %d duplicated or out of range", code)
+		}
+		seen[code] = true
+		err := error(&Error{Code: code, Message: code.String() + ": x"})
+		wrapped := errors.Join(errors.New("context"), err)
+		if !errors.Is(wrapped, code) || Code(wrapped) != code {
+			t.Errorf("errors.Is / Code fail for %v", code)
+		}
+		for _, other := range AllErrorCodes {
+			if other != code && errors.Is(err, other) {
+				t.Errorf("%v matches %v", code, other)
+			}
+		}
+	}
+	if ErrorCode(7).String() != "ErrorCode(7)" || libraryCodeName(7) != "UNKNOWN" {
+		t.Error("unknown codes are not reported as unknown")
+	}
+}

@@ -1,0 +1,96 @@
+package ferrolock
+
+/*
+#include "ferrolock.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// ErrorCode is one of the core's stable numeric error codes (ferrolock::ErrorKind), the same in
+// every language. The Err* constants (codes_gen.go, generated from the core) are ErrorCodes and
+// serve as errors.Is sentinels:
+//
+//	if errors.Is(err, ferrolock.ErrNotHeld) { … }
+type ErrorCode uint32
+
+// String returns the stable string code, e.g. "NOT_HELD".
+func (c ErrorCode) String() string {
+	if n := c.name(); n != "" {
+		return n
+	}
+	return fmt.Sprintf("ErrorCode(%d)", uint32(c))
+}
+
+// Error makes an ErrorCode usable as a sentinel error.
+func (c ErrorCode) Error() string { return "ferrolock: " + c.String() }
+
+// Error is a failed call: the stable code and a message (which never contains a password).
+type Error struct {
+	Code    ErrorCode
+	Message string
+	cause   error
+}
+
+func (e *Error) Error() string { return "ferrolock: " + e.Message }
+
+// Is reports whether target is this error's ErrorCode, so errors.Is(err, ErrLost) works.
+func (e *Error) Is(target error) bool {
+	c, ok := target.(ErrorCode)
+	return ok && c == e.Code
+}
+
+// Unwrap returns the context error behind ErrAcquireTimeout / ErrCancelled when the call ended
+// because its context did (errors.Is(err, context.DeadlineExceeded) then holds too).
+func (e *Error) Unwrap() error { return e.cause }
+
+// Code returns the ErrorCode of err, or 0 if err is not a ferrolock error.
+func Code(err error) ErrorCode {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	var c ErrorCode
+	if errors.As(err, &c) {
+		return c
+	}
+	return 0
+}
+
+// contextError reports a call ended by its context: onDeadline for an expired deadline,
+// ErrCancelled otherwise, wrapping the context's cause.
+func contextError(ctx context.Context, onDeadline ErrorCode) error {
+	cause := context.Cause(ctx)
+	code := ErrCancelled
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code = onDeadline
+	}
+	return &Error{Code: code, Message: fmt.Sprintf("%s: %v", code, cause), cause: cause}
+}
+
+func closedError(what string) error {
+	return &Error{Code: ErrClosed, Message: "CLOSED: the " + what + " was closed"}
+}
+
+// libraryErrorCodes is the C library's own list of codes (for the test that proves the
+// generated Go codes match the library).
+func libraryErrorCodes() []ErrorCode {
+	var p *C.uint32_t
+	var n C.size_t
+	C.ferrolock_result_list(&p, &n, nil)
+	out := make([]ErrorCode, 0, int(n))
+	for _, v := range unsafe.Slice(p, int(n)) {
+		out = append(out, ErrorCode(v))
+	}
+	return out
+}
+
+// libraryCodeName is the C library's name for a code ("UNKNOWN" if it has none).
+func libraryCodeName(c ErrorCode) string {
+	return C.GoString(C.ferrolock_result_name(C.uint32_t(c)))
+}

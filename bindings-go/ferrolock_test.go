@@ -1,0 +1,579 @@
+package ferrolock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ferrolock "github.com/ferrolock/ferrolock/bindings-go"
+)
+
+func connect(t *testing.T, url string, opts *ferrolock.ClientOptions) *ferrolock.Client {
+	t.Helper()
+	c, err := ferrolock.Connect(context.Background(), url, opts)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newLock(t *testing.T, c *ferrolock.Client, name string, opts *ferrolock.LockOptions) *ferrolock.Lock {
+	t.Helper()
+	l, err := c.Lock(name, opts)
+	if err != nil {
+		t.Fatalf("lock %q: %v", name, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func acquire(t *testing.T, l *ferrolock.Lock, wait time.Duration) *ferrolock.Held {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	h, err := l.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("acquire %q: %v", l.Name(), err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+func release(t *testing.T, h *ferrolock.Held) {
+	t.Helper()
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+}
+
+func isFree(t *testing.T, l *ferrolock.Lock) bool {
+	t.Helper()
+	h, err := l.TryAcquire(context.Background())
+	if err != nil {
+		t.Fatalf("try_acquire: %v", err)
+	}
+	if h == nil {
+		return false
+	}
+	release(t, h)
+	h.Close()
+	return true
+}
+
+func lease(ttl time.Duration) *ferrolock.LockOptions {
+	return &ferrolock.LockOptions{TTL: ttl, Renew: ferrolock.RenewNever}
+}
+
+// 16 goroutines contend; no overlap, exact count, fences strictly increasing in grant order.
+func TestContend16Goroutines(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	const workers, per = 16, 25
+	run := func(locked bool) (overlaps int64, counter int, fences []uint64) {
+		var inside atomic.Bool
+		var mu sync.Mutex // only guards the fences slice, never the counter
+		var wg sync.WaitGroup
+		var ctr atomic.Int64 // read-modify-write split in two to expose overlaps
+		for w := 0; w < workers; w++ {
+			l := newLock(t, c, "contended", lease(5*time.Second))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < per; i++ {
+					var h *ferrolock.Held
+					if locked {
+						var err error
+						ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+						h, err = l.Acquire(ctx)
+						cancel()
+						if err != nil {
+							t.Errorf("acquire: %v", err)
+							return
+						}
+					}
+					if inside.Swap(true) {
+						atomic.AddInt64(&overlaps, 1)
+					}
+					if h != nil {
+						mu.Lock()
+						fences = append(fences, h.Fence())
+						mu.Unlock()
+					}
+					v := ctr.Load()
+					time.Sleep(200 * time.Microsecond)
+					ctr.Store(v + 1)
+					inside.Store(false)
+					if h != nil {
+						if err := h.Release(context.Background()); err != nil {
+							t.Errorf("release: %v", err)
+						}
+						h.Close()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return overlaps, int(ctr.Load()), fences
+	}
+	overlaps, counter, fences := run(true)
+	if overlaps != 0 || counter != workers*per || len(fences) != workers*per {
+		t.Fatalf("overlaps %d, counter %d, fences %d; want 0, %d, %d", overlaps, counter, len(fences), workers*per, workers*per)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i-1] >= fences[i] {
+			t.Fatalf("fences not strictly increasing in grant order at %d: %d then %d", i, fences[i-1], fences[i])
+		}
+	}
+	// Control: without the lock the same workload must overlap, or the checks prove nothing.
+	if overlaps, counter, _ := run(false); overlaps == 0 && counter == workers*per {
+		t.Fatal("control run without the lock showed no overlap: the check cannot fail")
+	}
+}
+
+func TestReentrancyAndFencingOrder(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	a := newLock(t, c, "reentrant", lease(5*time.Second))
+	b := newLock(t, c, "reentrant", lease(5*time.Second))
+	h1 := acquire(t, a, time.Second)
+	h2 := acquire(t, a, time.Second) // same Lock, another goroutine's view: re-entry
+	if h1.Fence() != h2.Fence() {
+		t.Fatal("re-entry changed the fence")
+	}
+	if n, _ := h2.Count(); n != 2 {
+		t.Fatalf("count %d, want 2", n)
+	}
+	if isFree(t, b) {
+		t.Fatal("another handle got a re-entered lock")
+	}
+	release(t, h2)
+	if isFree(t, b) {
+		t.Fatal("released at depth 1")
+	}
+	if h2.Context().Err() == nil || h1.Context().Err() != nil {
+		t.Fatal("releasing one level must end that level's context only")
+	}
+	release(t, h1)
+	hb := acquire(t, b, time.Second)
+	if hb.Fence() <= h1.Fence() {
+		t.Fatal("fence did not increase")
+	}
+	if err := h1.Release(context.Background()); !errors.Is(err, ferrolock.ErrNotHeld) {
+		t.Fatalf("double release: %v, want ErrNotHeld", err)
+	}
+	if isFree(t, a) {
+		t.Fatal("a stale release deleted the new holder's lock")
+	}
+	release(t, hb)
+
+	last := uint64(0)
+	for i := 0; i < 20; i++ {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		h := acquire(t, l, time.Second)
+		if h.Fence() <= last || h.Fence() < 1<<50 {
+			t.Fatalf("fence %d after %d", h.Fence(), last)
+		}
+		last = h.Fence()
+		release(t, h)
+	}
+}
+
+func TestExpireExtendAndTimeout(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	a := newLock(t, c, "expire", lease(300*time.Millisecond))
+	b := newLock(t, c, "expire", lease(300*time.Millisecond))
+	ha := acquire(t, a, time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := b.Acquire(ctx); !errors.Is(err, ferrolock.ErrAcquireTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire past deadline: %v", err)
+	}
+	if time.Since(start) < 40*time.Millisecond {
+		t.Fatal("returned before the deadline")
+	}
+	if h, err := b.TryAcquire(context.Background()); h != nil || err != nil {
+		t.Fatalf("try_acquire while held: %v %v", h, err)
+	}
+	hb := acquire(t, b, 3*time.Second) // a's lease runs out
+	if hb.Fence() <= ha.Fence() || ha.State() != ferrolock.StateLost || ha.Remaining() != 0 {
+		t.Fatalf("after expiry: fences %d/%d, state %v", ha.Fence(), hb.Fence(), ha.State())
+	}
+	select {
+	case <-ha.Lost():
+	case <-time.After(2 * time.Second):
+		t.Fatal("Lost() not closed after expiry")
+	}
+	if err := ha.Extend(context.Background(), time.Second); !errors.Is(err, ferrolock.ErrLost) {
+		t.Fatalf("extend after expiry: %v", err)
+	}
+	if err := ha.Release(context.Background()); !errors.Is(err, ferrolock.ErrLost) {
+		t.Fatalf("release after expiry: %v", err)
+	}
+	release(t, hb)
+
+	h := acquire(t, a, time.Second)
+	if err := h.Extend(context.Background(), 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if h.State() != ferrolock.StateHeld || h.Ensure(100*time.Millisecond) != nil || isFree(t, b) {
+		t.Fatal("extended lease did not hold")
+	}
+	release(t, h)
+	if h.State() != ferrolock.StateReleased || !isFree(t, b) {
+		t.Fatal("not released")
+	}
+}
+
+func TestLostLockChannelAndContext(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	l := newLock(t, c, "lost", &ferrolock.LockOptions{TTL: 600 * time.Millisecond, Renew: ferrolock.RenewAlways})
+	type key struct{}
+	parent := context.WithValue(context.Background(), key{}, "v")
+	h, err := l.Acquire(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if h.Context().Value(key{}) != "v" {
+		t.Fatal("held context lost the acquire context's values")
+	}
+	time.Sleep(900 * time.Millisecond) // renewed past its lease: control
+	select {
+	case <-h.Lost():
+		t.Fatal("lost while renewed")
+	case <-h.Context().Done():
+		t.Fatal("context done while held")
+	default:
+	}
+	if was, err := c.ForceUnlock(context.Background(), "lost"); err != nil || !was {
+		t.Fatalf("force unlock: %v %v", was, err)
+	}
+	select {
+	case <-h.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("Lost() not closed after the hold was deleted")
+	}
+	<-h.Context().Done()
+	if cause := context.Cause(h.Context()); !errors.Is(cause, ferrolock.ErrLost) {
+		t.Fatalf("context cause %v, want ErrLost", cause)
+	}
+	if h.State() != ferrolock.StateLost {
+		t.Fatalf("state %v", h.State())
+	}
+
+	// A released hold cancels its context (not as lost) and never closes Lost().
+	h2 := acquire(t, l, time.Second)
+	release(t, h2)
+	select {
+	case <-h2.Context().Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("context of a released hold not cancelled")
+	}
+	if errors.Is(context.Cause(h2.Context()), ferrolock.ErrLost) {
+		t.Fatal("release reported as loss")
+	}
+	select {
+	case <-h2.Lost():
+		t.Fatal("Lost() closed on release")
+	default:
+	}
+}
+
+// Cancelling an acquire leaves no hold behind, also when grants race with cancellation.
+func TestAcquireCancellationLeaksNothing(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	holder := newLock(t, c, "cancel", lease(5*time.Second))
+	waiter := newLock(t, c, "cancel", lease(5*time.Second))
+	h := acquire(t, holder, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx)
+		done <- err
+	}()
+	time.Sleep(150 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ferrolock.ErrCancelled) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled acquire: %v", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("cancel did not stop the acquire")
+	}
+	if time.Since(start) > 500*time.Millisecond {
+		t.Fatal("cancellation was slow")
+	}
+	release(t, h)
+
+	// Storm: many acquires with tiny random deadlines while the lock changes hands.
+	var wg sync.WaitGroup
+	var got atomic.Int64
+	for g := 0; g < 8; g++ {
+		l := newLock(t, c, "storm", lease(5*time.Second))
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 30; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%7+g%3)*time.Millisecond)
+				hh, err := l.Acquire(ctx)
+				cancel()
+				if err == nil {
+					got.Add(1)
+					time.Sleep(time.Millisecond)
+					if err := hh.Release(context.Background()); err != nil {
+						t.Errorf("release: %v", err)
+					}
+					hh.Close()
+				} else if !errors.Is(err, ferrolock.ErrAcquireTimeout) {
+					t.Errorf("unexpected: %v", err)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	time.Sleep(100 * time.Millisecond) // undo of in-flight attempts is asynchronous
+	if !isFree(t, newLock(t, c, "storm", lease(5*time.Second))) {
+		t.Fatal("a cancelled acquire leaked a hold")
+	}
+	if got.Load() == 0 {
+		t.Fatal("storm never acquired: the test exercised nothing")
+	}
+}
+
+func TestBadInputsAndClosedHandles(t *testing.T) {
+	url := startRedis(t)
+	ctx := context.Background()
+	for _, bad := range []string{"", "http://127.0.0.1", "redis://a\x00b", "redis://\xff"} {
+		if _, err := ferrolock.Connect(ctx, bad, nil); !errors.Is(err, ferrolock.ErrInvalidURL) {
+			t.Errorf("Connect(%q): %v, want ErrInvalidURL", bad, err)
+		}
+	}
+	dead := "redis://user:S3ntinel-pw@127.0.0.1:1"
+	_, err := ferrolock.Connect(ctx, dead, &ferrolock.ClientOptions{ConnectTimeout: 300 * time.Millisecond})
+	if !errors.Is(err, ferrolock.ErrConnection) || strings.Contains(err.Error(), "S3ntinel") {
+		t.Errorf("dead server: %v", err)
+	}
+	for _, o := range []ferrolock.ClientOptions{{TLSCAFile: "/nonexistent/ca.crt"}, {TLSCertFile: "client.crt"}} {
+		if _, err := ferrolock.Connect(ctx, "rediss://localhost:1", &o); !errors.Is(err, ferrolock.ErrInvalidConfig) {
+			t.Errorf("Connect with TLS options %+v: %v, want ErrInvalidConfig", o, err)
+		}
+	}
+	if _, err := ferrolock.Connect(ctx, url, &ferrolock.ClientOptions{Prefix: "a{b"}); !errors.Is(err, ferrolock.ErrInvalidConfig) {
+		t.Errorf("bad prefix: %v", err)
+	}
+	// Replica acknowledgement: the test server has no replica, so a grant is undone and
+	// ErrNotReplicated returned, leaving the lock free; a timeout above 1 s is refused.
+	if _, err := ferrolock.Connect(ctx, url, &ferrolock.ClientOptions{ReplicaAcks: 1, ReplicaAcksTimeout: 5 * time.Second}); !errors.Is(err, ferrolock.ErrInvalidDuration) {
+		t.Errorf("replica acks timeout: %v", err)
+	}
+	acked := connect(t, url, &ferrolock.ClientOptions{ReplicaAcks: 1, ReplicaAcksTimeout: 20 * time.Millisecond})
+	al, err := acked.Lock("go-acks", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := al.TryAcquire(ctx); h != nil || !errors.Is(err, ferrolock.ErrNotReplicated) {
+		t.Errorf("acquire without a replica: %v, %v; want ErrNotReplicated", h, err)
+	}
+	if pl, err := connect(t, url, nil).Lock("go-acks", nil); err != nil || !isFree(t, pl) {
+		t.Errorf("a refused grant left a hold (%v)", err)
+	}
+	for _, u := range []string{"redis+sentinel://127.0.0.1:1", "redis+cluster://127.0.0.1:1/0"} {
+		if _, err := ferrolock.Connect(ctx, u, nil); !errors.Is(err, ferrolock.ErrInvalidURL) {
+			t.Errorf("Connect(%q): %v, want ErrInvalidURL", u, err)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := ferrolock.Connect(cancelled, url, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("connect with a cancelled context: %v", err)
+	}
+
+	c := connect(t, url, &ferrolock.ClientOptions{MaxNameLen: 16})
+	if _, err := c.Lock("", nil); !errors.Is(err, ferrolock.ErrInvalidName) {
+		t.Errorf("empty name: %v", err)
+	}
+	if _, err := c.Lock("seventeen-bytes!!", nil); !errors.Is(err, ferrolock.ErrInvalidName) {
+		t.Errorf("long name: %v", err)
+	}
+	if _, err := c.Lock("n", &ferrolock.LockOptions{TTL: time.Millisecond}); !errors.Is(err, ferrolock.ErrInvalidDuration) {
+		t.Errorf("tiny ttl: %v", err)
+	}
+	if _, err := c.Lock("n", &ferrolock.LockOptions{Renew: 9}); !errors.Is(err, ferrolock.ErrInvalidArgument) {
+		t.Errorf("bad renew: %v", err)
+	}
+	l := newLock(t, c, "bin\x00{}\r\n\xff", lease(5*time.Second))
+	h := acquire(t, l, time.Second)
+	if err := h.Extend(ctx, 0); !errors.Is(err, ferrolock.ErrInvalidDuration) {
+		t.Errorf("extend 0: %v", err)
+	}
+	release(t, h)
+	if err := h.Release(ctx); !errors.Is(err, ferrolock.ErrNotHeld) {
+		t.Errorf("double release: %v", err)
+	}
+	h.Close()
+	h.Close()
+	if err := h.Release(ctx); !errors.Is(err, ferrolock.ErrClosed) {
+		t.Errorf("release after close: %v", err)
+	}
+	if h.State() != ferrolock.StateReleased || h.Remaining() != 0 {
+		t.Error("closed held reports a live state")
+	}
+	l.Close()
+	l.Close()
+	if _, err := l.Acquire(ctx); !errors.Is(err, ferrolock.ErrClosed) {
+		t.Errorf("acquire after close: %v", err)
+	}
+	if _, err := l.TryAcquire(ctx); !errors.Is(err, ferrolock.ErrClosed) {
+		t.Errorf("try_acquire after close: %v", err)
+	}
+	c.Close()
+	c.Close()
+	if _, err := c.Lock("n", nil); !errors.Is(err, ferrolock.ErrClosed) {
+		t.Errorf("lock after close: %v", err)
+	}
+}
+
+// Handles dropped without Close are finalized without crashing and without releasing in Redis.
+func TestFinalizersNeverRelease(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	probe := newLock(t, c, "gc", lease(5*time.Second))
+	func() {
+		l, err := c.Lock("gc", lease(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if isFree(t, probe) {
+		t.Fatal("a collected handle released the lock")
+	}
+}
+
+// A wrong password is reported as ErrAuth and never echoed; the right one works.
+func TestPasswordNeverInErrors(t *testing.T) {
+	url := startRedis(t, "--requirepass", "R1ght-pass")
+	host := strings.TrimPrefix(url, "redis://")
+	ctx := context.Background()
+	_, err := ferrolock.Connect(ctx, "redis://:S3ntinel-wrong@"+host, nil)
+	if !errors.Is(err, ferrolock.ErrAuth) {
+		t.Fatalf("wrong password: %v, want ErrAuth", err)
+	}
+	if strings.Contains(err.Error(), "S3ntinel") || strings.Contains(fmt.Sprintf("%#v", err), "S3ntinel") {
+		t.Fatalf("the password leaked into the error: %v", err)
+	}
+	c := connect(t, "redis://:R1ght-pass@"+host, nil)
+	l := newLock(t, c, "auth", lease(5*time.Second))
+	release(t, acquire(t, l, time.Second))
+}
+
+// Redlock: the same surface over a quorum of three masters.
+func TestRedlock(t *testing.T) {
+	urls := []string{startRedis(t), startRedis(t), startRedis(t)}
+	ctx := context.Background()
+	for _, bad := range [][]string{nil, urls[:2], {urls[0], urls[1], urls[0]}} {
+		if _, err := ferrolock.ConnectRedlock(ctx, bad, nil); !errors.Is(err, ferrolock.ErrInvalidConfig) {
+			t.Errorf("ConnectRedlock(%d urls): %v, want ErrInvalidConfig", len(bad), err)
+		}
+	}
+	if _, err := ferrolock.ConnectRedlock(ctx, urls, &ferrolock.ClientOptions{RedlockQuorum: 1}); !errors.Is(err, ferrolock.ErrInvalidConfig) {
+		t.Errorf("quorum 1 of 3: %v", err)
+	}
+	dead := []string{urls[0], "redis://127.0.0.1:1", "redis://:S3ntinel-pw@127.0.0.1:2"}
+	_, err := ferrolock.ConnectRedlock(ctx, dead, &ferrolock.ClientOptions{ConnectTimeout: 300 * time.Millisecond})
+	if !errors.Is(err, ferrolock.ErrQuorumNotReached) || strings.Contains(err.Error(), "S3ntinel") {
+		t.Fatalf("two dead masters: %v", err)
+	}
+
+	c, err := ferrolock.ConnectRedlock(ctx, urls, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !c.IsRedlock() || connect(t, urls[0], nil).IsRedlock() {
+		t.Fatal("IsRedlock does not tell the kinds apart")
+	}
+	const workers, per = 8, 15
+	var inside atomic.Bool
+	var overlaps atomic.Int64
+	var mu sync.Mutex
+	var fences []uint64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		l := newLock(t, c, "rl", lease(5*time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				h, err := l.Acquire(ctx)
+				if err != nil {
+					t.Errorf("acquire: %v", err)
+					return
+				}
+				if inside.Swap(true) {
+					overlaps.Add(1)
+				}
+				mu.Lock()
+				fences = append(fences, h.Fence())
+				mu.Unlock()
+				time.Sleep(100 * time.Microsecond)
+				inside.Store(false)
+				if err := h.Release(ctx); err != nil {
+					t.Errorf("release: %v", err)
+				}
+				h.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	if overlaps.Load() != 0 || len(fences) != workers*per {
+		t.Fatalf("overlaps %d, grants %d", overlaps.Load(), len(fences))
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i-1] >= fences[i] {
+			t.Fatalf("fences not increasing at %d", i)
+		}
+	}
+
+	l := newLock(t, c, "rl-lost", &ferrolock.LockOptions{TTL: 600 * time.Millisecond, Renew: ferrolock.RenewAlways})
+	h := acquire(t, l, time.Second)
+	h2 := acquire(t, l, time.Second)
+	if h2.Fence() != h.Fence() {
+		t.Fatal("re-entry changed the fence")
+	}
+	if was, err := c.ForceUnlock(ctx, "rl-lost"); err != nil || !was {
+		t.Fatalf("force unlock: %v %v", was, err)
+	}
+	select {
+	case <-h.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("quorum hold not reported lost")
+	}
+	if err := h.Release(ctx); !errors.Is(err, ferrolock.ErrLost) {
+		t.Fatalf("release after loss: %v", err)
+	}
+}

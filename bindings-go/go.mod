@@ -1,0 +1,3 @@
+module github.com/ferrolock/ferrolock/bindings-go
+
+go 1.22

@@ -1,0 +1,230 @@
+package ferrolock
+
+/*
+#include "ferrolock.h"
+ferrolock_result ferrolock_go_on_lost(const ferrolock_guard *guard, uintptr_t handle, ferrolock_error **out_error);
+*/
+import "C"
+
+import (
+	"context"
+	"runtime"
+	"runtime/cgo"
+	"sync"
+	"time"
+)
+
+// State is where a hold stands.
+type State int
+
+const (
+	StateHeld     State = C.FERROLOCK_LOCK_STATE_HELD     // held, lease confirmed
+	StateInDoubt  State = C.FERROLOCK_LOCK_STATE_IN_DOUBT // a renewal failed; still within the deadline
+	StateLost     State = C.FERROLOCK_LOCK_STATE_LOST     // lease ran out or another owner took it (final)
+	StateReleased State = C.FERROLOCK_LOCK_STATE_RELEASED // released by its owner (final)
+)
+
+func (s State) String() string {
+	switch s {
+	case StateHeld:
+		return "held"
+	case StateInDoubt:
+		return "in_doubt"
+	case StateLost:
+		return "lost"
+	case StateReleased:
+		return "released"
+	}
+	return "unknown"
+}
+
+// lostState is what the library's loss callback reaches (through a cgo.Handle): it is separate
+// from Held so that a Held nobody references can still be finalized.
+type lostState struct {
+	ch     chan struct{}
+	cancel context.CancelCauseFunc
+	once   sync.Once
+}
+
+func (s *lostState) end(lost error) {
+	s.once.Do(func() {
+		if lost != nil {
+			close(s.ch)
+			s.cancel(lost)
+		} else {
+			s.cancel(context.Canceled)
+		}
+	})
+}
+
+// Held is one level of a held lock. Release it with Release; Close (or the finalizer) only frees
+// the handle: it never releases the lock in Redis, it stops renewal and lets the lease run out.
+type Held struct {
+	mu    sync.Mutex
+	ptr   *C.ferrolock_guard // nil once closed
+	fence uint64
+	lost  *lostState
+	ctx   context.Context
+}
+
+func newHeld(parent context.Context, g *C.ferrolock_guard) *Held {
+	var fence C.uint64_t
+	C.ferrolock_guard_fence(g, &fence, nil)
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	st := &lostState{ch: make(chan struct{}), cancel: cancel}
+	h := &Held{fence: uint64(fence), lost: st, ctx: ctx}
+	h.ptr = g
+	handle := cgo.NewHandle(st)
+	var cerr *C.ferrolock_error
+	if err := check(C.ferrolock_go_on_lost(g, C.uintptr_t(handle), &cerr), cerr); err != nil {
+		handle.Delete() // not registered: never called
+	}
+	runtime.SetFinalizer(h, (*Held).Close)
+	return h
+}
+
+//export ferrolockGoLost
+func ferrolockGoLost(handle C.uintptr_t, code C.uint32_t, message *C.char) {
+	h := cgo.Handle(handle)
+	st, _ := h.Value().(*lostState)
+	h.Delete() // the library calls exactly once per registration
+	if st == nil {
+		return
+	}
+	if code != 0 {
+		st.end(&Error{Code: ErrorCode(code), Message: C.GoString(message)})
+	} else {
+		st.end(nil)
+	}
+}
+
+// Fence returns the fencing token: strictly increasing across grants of the lock name, the same
+// for re-entry and renewal. Pass it to the resource, which must reject lower tokens.
+func (h *Held) Fence() uint64 { return h.fence }
+
+// Lost returns a channel closed when the hold is lost (never closed if it is released first).
+func (h *Held) Lost() <-chan struct{} { return h.lost.ch }
+
+// Context returns a context (carrying the values of Acquire's context) that is cancelled when the
+// hold is lost (context.Cause is then an *Error matching ErrLost), or with context.Canceled when
+// this Held is released or closed. Run the work that needs the lock under it.
+func (h *Held) Context() context.Context { return h.ctx }
+
+// Release releases this level of the hold (at depth 0 the lock is deleted and waiters wake).
+// The release is always sent, even if ctx is already done; if ctx ends first Release returns
+// early while the release completes in the background. Errors: ErrNotHeld after a previous
+// release, ErrLost if the hold was lost meanwhile (nothing of another owner is deleted).
+func (h *Held) Release(ctx context.Context) error {
+	_, err := withContext(ctx, func() (struct{}, error) {
+		p := h.load()
+		if p == nil {
+			return struct{}{}, closedError("held lock")
+		}
+		var cerr *C.ferrolock_error
+		rc := C.ferrolock_guard_release(p, &cerr)
+		runtime.KeepAlive(h)
+		if rc == C.FERROLOCK_RESULT_OK {
+			// This level is released (the hold may live on through re-entered levels): its
+			// context ends now, and it can no longer be lost.
+			h.lost.end(nil)
+		}
+		return struct{}{}, check(rc, cerr)
+	}, nil)
+	return err
+}
+
+// Extend sets the lease to ttl from now (owner-checked in Redis). ErrLost if it was lost.
+func (h *Held) Extend(ctx context.Context, ttl time.Duration) error {
+	if ctx.Err() != nil {
+		return contextError(ctx, ErrTimeout)
+	}
+	if ttl <= 0 {
+		return &Error{Code: ErrInvalidDuration, Message: "INVALID_DURATION: ttl must be positive"}
+	}
+	_, err := withContext(ctx, func() (struct{}, error) {
+		p := h.load()
+		if p == nil {
+			return struct{}{}, closedError("held lock")
+		}
+		var cerr *C.ferrolock_error
+		rc := C.ferrolock_guard_extend(p, millis(ttl), &cerr)
+		runtime.KeepAlive(h)
+		return struct{}{}, check(rc, cerr)
+	}, nil)
+	return err
+}
+
+// Count returns the reentrancy depth of the hold (0 once released or lost).
+func (h *Held) Count() (int, error) {
+	p := h.load()
+	if p == nil {
+		return 0, closedError("held lock")
+	}
+	var n C.uint32_t
+	var cerr *C.ferrolock_error
+	rc := C.ferrolock_guard_count(p, &n, &cerr)
+	runtime.KeepAlive(h)
+	return int(n), check(rc, cerr)
+}
+
+// Remaining returns the validity left before the local deadline (0 once lost or released).
+func (h *Held) Remaining() time.Duration {
+	p := h.load()
+	if p == nil {
+		return 0
+	}
+	var ms C.uint64_t
+	C.ferrolock_guard_remaining_ms(p, &ms, nil)
+	runtime.KeepAlive(h)
+	return time.Duration(ms) * time.Millisecond
+}
+
+// State returns the hold's state (StateReleased after Close).
+func (h *Held) State() State {
+	p := h.load()
+	if p == nil {
+		return StateReleased
+	}
+	var s C.ferrolock_lock_state = C.FERROLOCK_LOCK_STATE_RELEASED
+	C.ferrolock_guard_state(p, &s, nil)
+	runtime.KeepAlive(h)
+	return State(s)
+}
+
+// Ensure returns nil if the hold is still valid for more than margin, else ErrLost (or
+// ErrNotHeld after release). Call it before each write that relies on the lock.
+func (h *Held) Ensure(margin time.Duration) error {
+	p := h.load()
+	if p == nil {
+		return closedError("held lock")
+	}
+	var cerr *C.ferrolock_error
+	rc := C.ferrolock_guard_ensure(p, millis(margin), &cerr)
+	runtime.KeepAlive(h)
+	return check(rc, cerr)
+}
+
+// Close frees the handle without releasing the lock in Redis (the lease runs out) and cancels
+// Context(). Idempotent.
+func (h *Held) Close() error {
+	h.lost.end(nil)
+	if p := h.take(); p != nil {
+		C.ferrolock_guard_free(p)
+		runtime.SetFinalizer(h, nil)
+	}
+	return nil
+}
+
+func (h *Held) load() *C.ferrolock_guard {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ptr
+}
+
+func (h *Held) take() *C.ferrolock_guard {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.ptr
+	h.ptr = nil
+	return p
+}

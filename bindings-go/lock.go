@@ -1,0 +1,143 @@
+package ferrolock
+
+/*
+#include "ferrolock.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// RenewMode says whether the watchdog keeps a lease alive.
+type RenewMode uint32
+
+const (
+	// RenewDefault renews exactly when no TTL is given.
+	RenewDefault RenewMode = C.FERROLOCK_RENEW_DEFAULT
+	// RenewAlways keeps the lease alive (every TTL/3) until release.
+	RenewAlways RenewMode = C.FERROLOCK_RENEW_ALWAYS
+	// RenewNever makes a fixed lease: the hold expires TTL after each acquire or extend.
+	RenewNever RenewMode = C.FERROLOCK_RENEW_NEVER
+)
+
+// LockOptions configures Client.Lock. The zero value (or nil) is a watchdog-renewed lease of the
+// client's WatchdogTTL.
+type LockOptions struct {
+	TTL   time.Duration // lease length; 0: the client's WatchdogTTL
+	Renew RenewMode
+}
+
+// Lock is one named lock with its own owner token. Safe for concurrent use; acquiring through the
+// same Lock re-enters (same fence, count+1), from any goroutine. Close it when done.
+type Lock struct {
+	mu   sync.Mutex
+	ptr  *C.ferrolock_lock // nil once closed
+	name string
+}
+
+// Name returns the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Close frees the handle. Idempotent. Held locks acquired through it stay usable.
+func (l *Lock) Close() error {
+	if p := l.take(); p != nil {
+		C.ferrolock_lock_free(p)
+		runtime.SetFinalizer(l, nil)
+	}
+	return nil
+}
+
+// Acquire takes the lock, waiting until ctx ends (without a deadline or cancellation: without
+// bound). Waiting is driven by release notifications in the core, not polling. When ctx ends
+// first the error matches ErrAcquireTimeout (deadline) or ErrCancelled, and also the context's
+// own error; an attempt interrupted in flight is undone in Redis, and a grant that races with the
+// end of ctx is released, so a failed Acquire never leaves a hold behind.
+func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
+	p := l.load()
+	if p == nil {
+		return nil, closedError("lock")
+	}
+	if ctx.Err() != nil {
+		return nil, contextError(ctx, ErrAcquireTimeout)
+	}
+	wait := C.int64_t(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		wait = C.int64_t(millis(time.Until(dl)))
+	}
+	var cerr *C.ferrolock_error
+	if ctx.Done() == nil { // never cancelled: no token needed
+		var g *C.ferrolock_guard
+		rc := C.ferrolock_lock_acquire(p, wait, &g, &cerr)
+		runtime.KeepAlive(l)
+		if err := check(rc, cerr); err != nil {
+			return nil, err
+		}
+		return newHeld(ctx, g), nil
+	}
+	var cancel *C.ferrolock_cancel
+	if err := check(C.ferrolock_cancel_new(&cancel, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	defer C.ferrolock_cancel_free(cancel)
+	stop := context.AfterFunc(ctx, func() {
+		// Triggering a token already freed is answered with CLOSED: harmless.
+		C.ferrolock_cancel_trigger(cancel, nil)
+	})
+	var g *C.ferrolock_guard
+	cerr = nil
+	rc := C.ferrolock_lock_acquire_cancellable(p, wait, cancel, &g, &cerr)
+	stop()
+	runtime.KeepAlive(l)
+	if err := check(rc, cerr); err != nil {
+		if ctx.Err() != nil && (errors.Is(err, ErrAcquireTimeout) || errors.Is(err, ErrCancelled)) {
+			return nil, contextError(ctx, ErrAcquireTimeout)
+		}
+		return nil, err
+	}
+	h := newHeld(ctx, g)
+	if ctx.Err() != nil {
+		// Granted just as ctx ended: the caller will not use it, so give it back now.
+		_ = h.Release(context.Background())
+		h.Close()
+		return nil, contextError(ctx, ErrAcquireTimeout)
+	}
+	return h, nil
+}
+
+// TryAcquire makes one attempt without waiting: (nil, nil) when another owner holds the lock.
+func (l *Lock) TryAcquire(ctx context.Context) (*Held, error) {
+	p := l.load()
+	if p == nil {
+		return nil, closedError("lock")
+	}
+	if ctx.Err() != nil {
+		return nil, contextError(ctx, ErrAcquireTimeout)
+	}
+	var g *C.ferrolock_guard
+	var cerr *C.ferrolock_error
+	rc := C.ferrolock_lock_try_acquire(p, &g, &cerr)
+	runtime.KeepAlive(l)
+	if err := check(rc, cerr); err != nil || g == nil {
+		return nil, err
+	}
+	return newHeld(ctx, g), nil
+}
+
+func (l *Lock) load() *C.ferrolock_lock {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ptr
+}
+
+func (l *Lock) take() *C.ferrolock_lock {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.ptr
+	l.ptr = nil
+	return p
+}

@@ -1,0 +1,273 @@
+// ferrolock for Node: the native classes (Client, Lock, Held) plus the parts that are plain JS:
+// AbortSignal plumbing, Symbol.asyncDispose, onLost dispatch and client.withLock.
+// No timing, retry or Redis logic lives here: that is all in the Rust core.
+'use strict';
+
+const path = require('node:path');
+
+let native;
+try {
+  native = require('./ferrolock.node');
+} catch (e) {
+  const err = new Error(
+    `ferrolock: the native addon is missing or cannot load (${path.join(__dirname, 'ferrolock.node')}); ` +
+      'rebuild it with `npm rebuild ferrolock` (needs Rust/cargo)',
+    { cause: e },
+  );
+  err.code = 'INTERNAL';
+  throw err;
+}
+
+const { Client, Redlock, Lock, Held, errorCodes, PROTOCOL_VERSION } = native;
+
+/** Every stable error code, by name: `ErrorCode.NOT_HELD === 'NOT_HELD'`. From the core's table. */
+const ErrorCode = Object.freeze(Object.fromEntries(errorCodes().map((e) => [e.name, e.name])));
+
+function code(name) {
+  if (!(name in ErrorCode)) throw new Error(`ferrolock: unknown error code ${name} (binding bug)`);
+  return name;
+}
+const INVALID_ARGUMENT = code('INVALID_ARGUMENT');
+const INVALID_DURATION = code('INVALID_DURATION');
+const CANCELLED = code('CANCELLED');
+const NOT_HELD = code('NOT_HELD');
+const LOST = code('LOST');
+const INTERNAL = code('INTERNAL');
+
+function makeError(kind, message, cause) {
+  const err = new Error(message, cause === undefined ? undefined : { cause });
+  err.code = kind;
+  return err;
+}
+
+// napi's own argument-conversion failures (a string where a number was expected…) get the
+// core's INVALID_ARGUMENT; anything else without one of our codes is INTERNAL (a bug).
+const NAPI_ARGUMENT_STATUS = new Set([
+  'InvalidArg', 'ObjectExpected', 'StringExpected', 'NameExpected', 'FunctionExpected',
+  'NumberExpected', 'BooleanExpected', 'ArrayExpected', 'BigintExpected', 'DateExpected',
+  'ArrayBufferExpected',
+]);
+
+function normalize(err) {
+  if (err !== null && typeof err === 'object' && typeof err.code === 'string' && err.code in ErrorCode) {
+    return err;
+  }
+  const status = err !== null && typeof err === 'object' ? err.code : undefined;
+  const message = err instanceof Error ? err.message : String(err);
+  if (NAPI_ARGUMENT_STATUS.has(status) || err instanceof TypeError) {
+    // napi's conversion messages quote the offending value, which may be a URL with a
+    // password: keep only the expected type and the field, never the value or the original.
+    const expected = /into rust type `([^`]*)`(?: on ([\w.]+))?/.exec(message);
+    const what = expected
+      ? `expected ${expected[1]}${expected[2] ? ` for ${expected[2]}` : ''}`
+      : 'wrong argument type or receiver';
+    return makeError(INVALID_ARGUMENT, `invalid argument: ${what}`);
+  }
+  return makeError(INTERNAL, `ferrolock: unexpected error: ${message}`, err);
+}
+
+// An options argument must be an object (napi would read a string's or number's missing
+// properties as "all defaults" and silently accept it).
+function checkOptions(args, index) {
+  const o = args[index];
+  if (index >= 0 && o !== undefined && o !== null && (typeof o !== 'object' || Array.isArray(o))) {
+    throw makeError(INVALID_ARGUMENT, 'invalid argument: options must be an object');
+  }
+}
+
+function wrapSync(target, name, optionsIndex = -1) {
+  const orig = target[name];
+  Object.defineProperty(target, name, {
+    value: function (...args) {
+      try {
+        checkOptions(args, optionsIndex);
+        return orig.apply(this, args);
+      } catch (e) {
+        throw normalize(e);
+      }
+    },
+    writable: true,
+    configurable: true,
+  });
+}
+
+// Promise-returning methods always reject (never throw synchronously) with a coded error.
+function wrapAsync(target, name, optionsIndex = -1) {
+  const orig = target[name];
+  Object.defineProperty(target, name, {
+    value: async function (...args) {
+      try {
+        checkOptions(args, optionsIndex);
+        return await orig.apply(this, args);
+      } catch (e) {
+        throw normalize(e);
+      }
+    },
+    writable: true,
+    configurable: true,
+  });
+}
+
+wrapAsync(Client, 'connect', 1);
+wrapAsync(Redlock, 'connect', 1);
+wrapSync(Client.prototype, 'lock', 1);
+wrapAsync(Client.prototype, 'inspect');
+wrapAsync(Client.prototype, 'forceUnlock');
+wrapAsync(Lock.prototype, 'tryAcquire');
+wrapAsync(Held.prototype, 'release');
+wrapAsync(Held.prototype, 'extend');
+wrapSync(Held.prototype, 'ensure');
+wrapAsync(Held.prototype, Symbol.asyncDispose);
+
+function isAbortSignal(s) {
+  return s !== null && typeof s === 'object' && typeof s.aborted === 'boolean' &&
+    typeof s.addEventListener === 'function' && typeof s.removeEventListener === 'function';
+}
+
+function acquireOptions(options) {
+  if (options === undefined || options === null) return { wait: null, signal: undefined };
+  if (typeof options !== 'object') {
+    throw makeError(INVALID_ARGUMENT, 'acquire options must be an object { wait?, signal? }');
+  }
+  const { wait = null, signal } = options;
+  if (wait !== null && typeof wait !== 'number') {
+    throw makeError(INVALID_DURATION, 'wait: must be a number of milliseconds (or null: no bound)');
+  }
+  if (signal !== undefined && signal !== null && !isAbortSignal(signal)) {
+    throw makeError(INVALID_ARGUMENT, 'signal must be an AbortSignal');
+  }
+  return { wait, signal: signal ?? undefined };
+}
+
+/**
+ * Acquire, waiting at most `wait` ms (omitted/null: without bound); rejects with
+ * ACQUIRE_TIMEOUT when the wait elapses and CANCELLED when `signal` aborts. A cancelled acquire
+ * leaves no hold behind (the core undoes any grant in flight).
+ */
+Lock.prototype.acquire = async function acquire(options) {
+  const { wait, signal } = acquireOptions(options);
+  if (signal?.aborted) throw makeError(CANCELLED, 'the acquire was aborted', signal.reason);
+  const token = signal ? native._cancelToken() : null;
+  const onAbort = () => native._cancel(token);
+  signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    return await this._acquire(wait, token);
+  } catch (e) {
+    const err = normalize(e);
+    if (err.code === CANCELLED && signal?.aborted && err.cause === undefined) err.cause = signal.reason;
+    throw err;
+  } finally {
+    signal?.removeEventListener('abort', onAbort);
+  }
+};
+
+// Per-Held loss state, created on first use of `signal` or `onLost` (one native hook per hold
+// level; untouched Helds cost nothing).
+const losses = new WeakMap();
+
+function report(err) {
+  process.emitWarning(`ferrolock: an onLost callback threw: ${err instanceof Error ? err.stack : String(err)}`, {
+    code: 'FERROLOCK_CALLBACK_ERROR',
+  });
+}
+
+function loss(held) {
+  let s = losses.get(held);
+  if (s === undefined) {
+    s = { controller: new AbortController(), callbacks: [], error: null };
+    losses.set(held, s);
+    if (held.state === 'lost') {
+      // Already lost: abort now rather than on the next turn of the event loop.
+      s.error = makeError(LOST, 'the lock was lost');
+      s.controller.abort(s.error);
+      return s;
+    }
+    const state = s;
+    held._onLost((err) => {
+      state.error = err;
+      state.controller.abort(err);
+      for (const cb of state.callbacks.splice(0)) {
+        try {
+          cb(err);
+        } catch (e) {
+          report(e);
+        }
+      }
+    });
+  }
+  return s;
+}
+
+Object.defineProperty(Held.prototype, 'signal', {
+  get() {
+    return loss(this).controller.signal;
+  },
+  configurable: true,
+  enumerable: false,
+});
+
+/** Call `callback(err)` (err.code === 'LOST') once if the hold is lost; never after a release. */
+Held.prototype.onLost = function onLost(callback) {
+  if (typeof callback !== 'function') throw makeError(INVALID_ARGUMENT, 'onLost needs a function');
+  const s = loss(this);
+  if (s.error !== null) {
+    const err = s.error;
+    queueMicrotask(() => {
+      try {
+        callback(err);
+      } catch (e) {
+        report(e);
+      }
+    });
+  } else {
+    s.callbacks.push(callback);
+  }
+};
+
+/**
+ * Run `fn(signal, held)` holding lock `name`; release in `finally`. `signal` aborts if the lock
+ * is lost. The body's error wins over a release error; after a successful body a failed
+ * release (e.g. LOST) rejects.
+ */
+Client.prototype.withLock = async function withLock(name, fn, options) {
+  if (typeof fn !== 'function') throw makeError(INVALID_ARGUMENT, 'withLock needs a function');
+  if (options !== undefined && options !== null && typeof options !== 'object') {
+    throw makeError(INVALID_ARGUMENT, 'withLock options must be an object');
+  }
+  const { ttl, renew, wait, signal } = options ?? {};
+  const lock = this.lock(name, { ttl, renew });
+  const held = await lock.acquire({ wait, signal });
+  let ok = false;
+  let result;
+  try {
+    result = await fn(held.signal, held);
+    ok = true;
+  } finally {
+    try {
+      await held.release();
+    } catch (e) {
+      if (ok && e.code !== NOT_HELD) throw e; // eslint-disable-line no-unsafe-finally
+    }
+  }
+  return result;
+};
+
+// The native classes have no JS constructor; `new` on them gets a coded error instead of napi's
+// plain one. The proxies forward everything else (statics, prototype, instanceof).
+function factoryOnly(cls, how) {
+  return new Proxy(cls, {
+    construct() {
+      throw makeError(INVALID_ARGUMENT, `${cls.name} objects are not constructed with new: use ${how}`);
+    },
+  });
+}
+
+module.exports = {
+  Client: factoryOnly(Client, 'Client.connect(url, options)'),
+  Redlock: factoryOnly(Redlock, 'Redlock.connect([urls], options)'),
+  Lock: factoryOnly(Lock, 'client.lock(name, options)'),
+  Held: factoryOnly(Held, 'lock.acquire() or lock.tryAcquire()'),
+  ErrorCode,
+  errorCodes,
+  PROTOCOL_VERSION,
+};

@@ -1,0 +1,51 @@
+//! Core errors as JS `Error` objects with `code` set to the core's stable string code.
+//!
+//! napi's own `Error` only carries its fixed `Status` codes across an async boundary, so results
+//! travel as `Reply<T>` and become JS values (or a rejection with our error object) on the JS
+//! thread, in `ToNapiValue`.
+
+use napi::bindgen_prelude::{FromNapiValue, ToNapiValue, Unknown};
+use napi::{JsError, sys};
+
+/// A core result on its way to JS.
+#[derive(Debug)]
+pub struct Reply<T>(pub ferrolock::Result<T>);
+
+impl<T> Reply<T> {
+    pub fn err(e: ferrolock::Error) -> Self {
+        Reply(Err(e))
+    }
+}
+
+impl<T> From<ferrolock::Result<T>> for Reply<T> {
+    fn from(r: ferrolock::Result<T>) -> Self {
+        Reply(r)
+    }
+}
+
+impl<T: ToNapiValue> ToNapiValue for Reply<T> {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        match val.0 {
+            // SAFETY: called by napi on the JS thread with a live env.
+            Ok(v) => unsafe { T::to_napi_value(env, v) },
+            // SAFETY: as above.
+            Err(e) => Err(unsafe { to_js_error(env, &e) }),
+        }
+    }
+}
+
+/// A JS `Error` with `message` and `code` (the kind's name), held by reference inside a napi
+/// error so that napi throws (or rejects with) exactly this object.
+///
+/// # Safety
+/// `env` must be the live env of the current JS thread.
+pub unsafe fn to_js_error(env: sys::napi_env, e: &ferrolock::Error) -> napi::Error {
+    let err = napi::Error::new(e.kind().name(), e.message());
+    // SAFETY: env is live (caller contract).
+    let raw = unsafe { JsError::from(err).into_value(env) };
+    // SAFETY: raw was just created in env.
+    match unsafe { Unknown::from_napi_value(env, raw) } {
+        Ok(v) => napi::Error::from(v),
+        Err(fail) => fail,
+    }
+}

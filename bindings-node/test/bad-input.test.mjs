@@ -1,0 +1,145 @@
+// Bad input (RELIABILITY.md matrix, Node column): a coded error, never a crash or a hang.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { inspect } from 'node:util';
+import { after, before, test } from 'node:test';
+
+import { startRedis } from './redis.mjs';
+
+const require = createRequire(import.meta.url);
+const { Client, Redlock } = require('../index.js');
+
+let server;
+let client;
+before(async () => {
+  server = await startRedis();
+  client = await Client.connect(server.url);
+});
+after(async () => {
+  client?.close();
+  await server?.stop();
+});
+
+const BAD_DURATIONS = [-1, NaN, Infinity, -Infinity, 0, 1e15, Number.MAX_VALUE];
+
+test('TTLs that are not usable durations are INVALID_DURATION, before any I/O', () => {
+  for (const ttl of BAD_DURATIONS) {
+    assert.throws(() => client.lock('bad-ttl', { ttl }), { code: 'INVALID_DURATION' }, `ttl ${ttl}`);
+  }
+  assert.throws(() => client.lock('bad-ttl', { ttl: 3 }), { code: 'INVALID_DURATION' }, 'below drift + 2 ms');
+  assert.throws(() => client.lock('bad-ttl', { ttl: '1000' }), { code: 'INVALID_ARGUMENT' });
+});
+
+test('waits, margins and extensions are checked too', async () => {
+  const lock = client.lock('bad-wait', { ttl: 2000 });
+  for (const wait of [-1, NaN, Infinity, 1e15, '10']) {
+    await assert.rejects(lock.acquire({ wait }), { code: 'INVALID_DURATION' }, `wait ${wait}`);
+  }
+  const h = await lock.acquire({ wait: 0 });
+  for (const ttl of BAD_DURATIONS) {
+    await assert.rejects(h.extend(ttl), { code: 'INVALID_DURATION' }, `extend ${ttl}`);
+  }
+  await assert.rejects(h.extend('1000'), { code: 'INVALID_ARGUMENT' });
+  for (const m of [-1, NaN, Infinity]) {
+    assert.throws(() => h.ensure(m), { code: 'INVALID_DURATION' }, `margin ${m}`);
+  }
+  assert.throws(() => h.ensure(10_000), { code: 'LOST' }, 'less validity left than the margin');
+  await h.release();
+  await assert.rejects(h.release(), { code: 'NOT_HELD' }, 'double release');
+});
+
+test('names: empty, lone surrogate, over the cap, wrong type; Buffer and odd bytes work', async () => {
+  assert.throws(() => client.lock(''), { code: 'INVALID_NAME' });
+  assert.throws(() => client.lock(Buffer.alloc(0)), { code: 'INVALID_NAME' });
+  assert.throws(() => client.lock('a\uD800b'), { code: 'INVALID_NAME' });
+  assert.throws(() => client.lock('x'.repeat(64 * 1024 + 1)), { code: 'INVALID_NAME' });
+  assert.throws(() => client.lock(42), { code: 'INVALID_ARGUMENT' });
+  assert.throws(() => client.lock(null), { code: 'INVALID_ARGUMENT' });
+  const odd = Buffer.from([0, 0xff, 0x7b, 0x7d, 0x0d, 0x0a, 0x20]);
+  const h = await client.lock(odd, { ttl: 2000 }).acquire();
+  assert.equal(await client.lock(odd).tryAcquire(), null);
+  await h.release();
+  const big = await Client.connect(server.url, { maxNameLen: 1024 * 1024 });
+  try {
+    const h2 = await big.lock('n'.repeat(1024 * 1024), { ttl: 2000 }).acquire();
+    await h2.release();
+  } finally {
+    big.close();
+  }
+});
+
+test('options and arguments of the wrong shape', async () => {
+  await assert.rejects(Client.connect(server.url, { prefix: 'a{b' }), { code: 'INVALID_CONFIG' });
+  await assert.rejects(Client.connect(server.url, { maxReentrancy: 0 }), { code: 'INVALID_CONFIG' });
+  await assert.rejects(Client.connect(server.url, { driftFactor: 2 }), { code: 'INVALID_CONFIG' });
+  await assert.rejects(Client.connect(server.url, { responseTimeout: -5 }), { code: 'INVALID_DURATION' });
+  await assert.rejects(Client.connect(server.url, 'fast'), { code: 'INVALID_ARGUMENT' });
+  await assert.rejects(Client.connect(server.url, [1]), { code: 'INVALID_ARGUMENT' });
+  assert.throws(() => client.lock('x', 1000), { code: 'INVALID_ARGUMENT' });
+  await assert.rejects(Client.connect('ftp://127.0.0.1'), { code: 'INVALID_URL' });
+  await assert.rejects(Client.connect('redis://[::1'), { code: 'INVALID_URL' });
+  const lock = client.lock('bad-shape', { ttl: 2000 });
+  await assert.rejects(lock.acquire('soon'), { code: 'INVALID_ARGUMENT' });
+  await assert.rejects(lock.acquire({ signal: 'abort' }), { code: 'INVALID_ARGUMENT' });
+  const h = await lock.acquire();
+  assert.throws(() => h.onLost('not a function'), { code: 'INVALID_ARGUMENT' });
+  await h.release();
+  await assert.rejects(client.withLock('bad-shape', 'not a function'), { code: 'INVALID_ARGUMENT' });
+});
+
+test('a closed client is CLOSED; locks made before keep working', async () => {
+  const c = await Client.connect(server.url);
+  const lock = c.lock('closed-client', { ttl: 2000 });
+  c.close();
+  c.close();
+  assert.throws(() => c.lock('x'), { code: 'CLOSED' });
+  await assert.rejects(c.inspect('x'), { code: 'CLOSED' });
+  const h = await lock.acquire();
+  await h.release();
+});
+
+test('passwords never appear in errors or util.inspect', async () => {
+  const secret = 'S3ntinel-node-pw';
+  const url = `redis://:${secret}@127.0.0.1:1`;
+  // Arguments of the wrong shape: napi's own messages would quote the value.
+  for (const call of [
+    () => Client.connect([url]),
+    () => Client.connect({ url }),
+    () => Redlock.connect([url, { url }]),
+    () => Client.connect(url, { prefix: { url } }),
+  ]) {
+    await assert.rejects(call(), (err) => {
+      assert.equal(err.code, 'INVALID_ARGUMENT');
+      assert.ok(!inspect(err, { depth: 10 }).includes(secret), inspect(err));
+      return true;
+    });
+  }
+  const guarded = await startRedis(['--requirepass', secret]);
+  try {
+    await assert.rejects(Client.connect(`redis://:wrong-${secret}@127.0.0.1:${guarded.port}`), (err) => {
+      assert.equal(err.code, 'AUTH');
+      assert.ok(!inspect(err).includes(secret));
+      return true;
+    });
+    const c = await Client.connect(`redis://:${secret}@127.0.0.1:${guarded.port}`);
+    assert.ok(!inspect(c, { showHidden: true, depth: 5 }).includes(secret));
+    const h = await c.lock('pw', { ttl: 2000 }).acquire();
+    assert.ok(!inspect(h, { showHidden: true, depth: 5 }).includes(secret));
+    await h.release();
+    c.close();
+  } finally {
+    await guarded.stop();
+  }
+});
+
+test('the classes are not constructed with new; methods need a real receiver', async () => {
+  const { Lock, Held } = require('../index.js');
+  for (const cls of [Client, Redlock, Lock, Held]) {
+    assert.throws(() => new cls(), { code: 'INVALID_ARGUMENT' }, cls.name);
+  }
+  const h = await client.lock('receiver', { ttl: 2000 }).acquire();
+  assert.ok(h instanceof Held);
+  assert.ok(client instanceof Client);
+  await assert.rejects(Held.prototype.release.call({}), { code: 'INVALID_ARGUMENT' });
+  await h.release();
+});

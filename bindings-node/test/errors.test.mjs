@@ -1,0 +1,49 @@
+// The error mapping is total over the core's table, and codes are what users match on.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { test } from 'node:test';
+
+const require = createRequire(import.meta.url);
+const ferrolock = require('../index.js');
+const native = require('../ferrolock.node');
+
+test('every core error kind reaches JS as an Error with err.code equal to the core name', () => {
+  const table = ferrolock.errorCodes();
+  assert.ok(table.length >= 21, 'the core table has every kind');
+  assert.equal(new Set(table.map((e) => e.code)).size, table.length, 'numeric codes are unique');
+  for (const { name, code } of table) {
+    assert.ok(code >= 100 && code < 600, `${name} has a code in the published ranges`);
+    assert.equal(ferrolock.ErrorCode[name], name);
+    assert.throws(() => native._errorOfKind(name), (err) => {
+      assert.ok(err instanceof Error);
+      assert.equal(err.code, name);
+      return true;
+    });
+  }
+  assert.deepEqual(Object.keys(ferrolock.ErrorCode).sort(), table.map((e) => e.name).sort());
+  assert.ok(table.every((e) => typeof e.transient === 'boolean'));
+  const transient = new Set(table.filter((e) => e.transient).map((e) => e.name));
+  assert.ok(transient.has('CONNECTION') && transient.has('TIMEOUT') && !transient.has('NOT_HELD'));
+});
+
+test('a bad URL is INVALID_URL and the password never shows', async () => {
+  const secret = 'S3ntinel-url-secret';
+  await assert.rejects(ferrolock.Client.connect(`http://user:${secret}@127.0.0.1:1`), (err) => {
+    assert.equal(err.code, 'INVALID_URL');
+    assert.ok(!err.message.includes(secret));
+    return true;
+  });
+  await assert.rejects(ferrolock.Client.connect(42), { code: 'INVALID_ARGUMENT' });
+});
+
+test('an unreachable server is CONNECTION, without the password', async () => {
+  const secret = 'S3ntinel-unreachable';
+  await assert.rejects(
+    ferrolock.Client.connect(`redis://:${secret}@127.0.0.1:1`, { connectTimeout: 300 }),
+    (err) => {
+      assert.equal(err.code, 'CONNECTION');
+      assert.ok(!err.message.includes(secret) && !String(err.stack).includes(secret));
+      return true;
+    },
+  );
+});

@@ -1,0 +1,386 @@
+// The shared behaviour scenarios (contend, expire, extend, reentrancy, fencing order, lost lock,
+// cancellation, event loop) against a real redis-server.
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { after, before, describe, test } from 'node:test';
+
+import { sleep, startRedis } from './redis.mjs';
+
+const require = createRequire(import.meta.url);
+const { Client } = require('../index.js');
+
+let server;
+let client;
+let seq = 0;
+const fresh = (tag) => `node-test:${tag}:${process.pid}:${++seq}`;
+
+before(async () => {
+  server = await startRedis();
+  client = await Client.connect(server.url);
+});
+after(async () => {
+  client?.close();
+  await server?.stop();
+});
+
+describe('contend', () => {
+  test('a second handle waits, times out, then gets the lock after release with a higher fence', async () => {
+    const name = fresh('contend');
+    const a = client.lock(name, { ttl: 5000 });
+    const b = client.lock(name, { ttl: 5000 });
+    const ha = await a.acquire();
+    assert.equal(ha.state, 'held');
+    assert.equal(await b.tryAcquire(), null);
+    await assert.rejects(b.acquire({ wait: 100 }), { code: 'ACQUIRE_TIMEOUT' });
+    const waiting = b.acquire({ wait: 5000 });
+    await sleep(50);
+    const t0 = performance.now();
+    await ha.release();
+    const hb = await waiting;
+    assert.ok(performance.now() - t0 < 1000, 'woken by the release, not by a poll or the lease');
+    assert.ok(hb.fence > ha.fence);
+    assert.equal(ha.state, 'released');
+    await hb.release();
+  });
+
+  test('two clients contend on one name', async () => {
+    const other = await Client.connect(server.url);
+    try {
+      const name = fresh('two-clients');
+      const h = await client.lock(name, { ttl: 5000 }).acquire();
+      assert.equal(await other.lock(name).tryAcquire(), null);
+      await h.release();
+      const h2 = await other.lock(name).tryAcquire();
+      assert.ok(h2 !== null && h2.fence > h.fence);
+      await h2.release();
+    } finally {
+      other.close();
+    }
+  });
+});
+
+describe('expire and extend', () => {
+  test('a lease without renewal expires: state lost, ensure throws LOST, others acquire, release is LOST', async () => {
+    const name = fresh('expire');
+    const h = await client.lock(name, { ttl: 200 }).acquire();
+    assert.ok(h.remaining() > 0 && h.remaining() <= 200);
+    h.ensure(10);
+    const signal = h.signal;
+    await sleep(350);
+    assert.equal(signal.aborted, true, 'the lease deadline aborts the signal without any call');
+    assert.equal(signal.reason.code, 'LOST');
+    assert.equal(h.state, 'lost');
+    assert.equal(h.remaining(), 0);
+    assert.throws(() => h.ensure(), { code: 'LOST' });
+    const h2 = await client.lock(name, { ttl: 1000 }).tryAcquire();
+    assert.ok(h2 !== null, 'the lease ran out on the server too');
+    await assert.rejects(h.release(), { code: 'LOST' });
+    await h2.release();
+  });
+
+  test('extend keeps the lock past its first lease', async () => {
+    const name = fresh('extend');
+    const h = await client.lock(name, { ttl: 300 }).acquire();
+    await h.extend(2000);
+    assert.ok(h.remaining() > 1000);
+    await sleep(450);
+    assert.equal(h.state, 'held');
+    assert.equal(await client.lock(name).tryAcquire(), null);
+    const pttl = Number(await server.cli('PTTL', `ferrolock:{${name}}`));
+    assert.ok(pttl > 1000, `server lease was extended (PTTL ${pttl})`);
+    await h.release();
+    await assert.rejects(h.extend(1000), { code: 'NOT_HELD' });
+  });
+
+  test('the watchdog keeps a lock without explicit lease alive', async () => {
+    const c = await Client.connect(server.url, { watchdogTtl: 300 });
+    try {
+      const name = fresh('watchdog');
+      const h = await c.lock(name).acquire();
+      await sleep(800);
+      assert.equal(h.state, 'held');
+      assert.equal(await c.lock(name).tryAcquire(), null);
+      await h.release();
+    } finally {
+      c.close();
+    }
+  });
+});
+
+describe('reentrancy', () => {
+  test('the same handle re-enters with the same fence; another handle contends; counts unwind', async () => {
+    const name = fresh('reenter');
+    const lock = client.lock(name, { ttl: 5000 });
+    const h1 = await lock.acquire();
+    const h2 = await lock.acquire({ wait: 0 });
+    assert.equal(h2.fence, h1.fence);
+    assert.equal(h2.count, 2);
+    assert.equal(await client.lock(name).tryAcquire(), null);
+    await h2.release();
+    assert.equal(h1.count, 1);
+    assert.equal(await client.lock(name).tryAcquire(), null, 'still held at depth 1');
+    await h1.release();
+    await assert.rejects(h1.release(), { code: 'NOT_HELD' });
+    const h3 = await client.lock(name).tryAcquire();
+    assert.ok(h3 !== null);
+    await h3.release();
+  });
+
+  test('re-entry beyond maxReentrancy is REENTRANCY_LIMIT and leaves the count unchanged', async () => {
+    const c = await Client.connect(server.url, { maxReentrancy: 2 });
+    try {
+      const lock = c.lock(fresh('limit'), { ttl: 5000 });
+      const a = await lock.acquire();
+      const b = await lock.acquire();
+      await assert.rejects(lock.acquire(), { code: 'REENTRANCY_LIMIT' });
+      assert.equal(b.count, 2);
+      await b.release();
+      await a.release();
+    } finally {
+      c.close();
+    }
+  });
+});
+
+describe('fencing', () => {
+  test('fences strictly increase in grant order across handles', async () => {
+    const name = fresh('fence-order');
+    let last = 0;
+    for (let i = 0; i < 20; i++) {
+      const h = await client.lock(name, { ttl: 2000 }).acquire({ wait: 1000 });
+      assert.ok(Number.isSafeInteger(h.fence));
+      assert.ok(h.fence > last, `fence ${h.fence} after ${last}`);
+      last = h.fence;
+      await h.release();
+    }
+  });
+
+  test('fences above 2^50 are exact numbers', async () => {
+    const name = fresh('fence-big');
+    assert.equal(await server.cli('SET', `ferrolock:{${name}}:fence`, String(2 ** 52 + 3)), 'OK');
+    const h = await client.lock(name, { ttl: 2000 }).acquire();
+    assert.equal(h.fence, 2 ** 52 + 4);
+    const info = await client.inspect(name);
+    assert.equal(info.fence, 2 ** 52 + 4);
+    assert.equal(info.count, 1);
+    await h.release();
+    const h2 = await client.lock(name, { ttl: 2000 }).acquire();
+    assert.equal(h2.fence, 2 ** 52 + 5);
+    await h2.release();
+  });
+});
+
+describe('lost lock', () => {
+  test('an outsider DEL makes the watchdog see the loss: signal aborts, onLost runs, state lost', async () => {
+    const name = fresh('lost');
+    const h = await client.lock(name, { ttl: 300, renew: true }).acquire();
+    const signal = h.signal;
+    assert.equal(signal.aborted, false);
+    const called = new Promise((resolve) => h.onLost(resolve));
+    const aborted = new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+    assert.equal(await server.cli('DEL', `ferrolock:{${name}}`), '1');
+    const err = await Promise.race([called, sleep(3000).then(() => null)]);
+    assert.ok(err !== null, 'onLost was called');
+    assert.equal(err.code, 'LOST');
+    await Promise.race([aborted, sleep(1000)]);
+    assert.equal(signal.aborted, true);
+    assert.equal(signal.reason.code, 'LOST');
+    assert.equal(h.state, 'lost');
+    assert.throws(() => h.ensure(), { code: 'LOST' });
+    await assert.rejects(h.release(), { code: 'LOST' });
+    // A signal first read after the loss is aborted at once; a late callback still runs, once.
+    const h2 = await client.lock(fresh('lost-late'), { ttl: 100 }).acquire();
+    await sleep(200);
+    assert.equal(h2.signal.aborted, true);
+    assert.equal(h2.signal.reason.code, 'LOST');
+    const late = await new Promise((resolve) => h.onLost(resolve));
+    assert.equal(late.code, 'LOST');
+  });
+
+  test('forceUnlock by an administrator aborts the holder signal', async () => {
+    const name = fresh('force');
+    const h = await client.lock(name, { ttl: 300, renew: true }).acquire();
+    const signal = h.signal;
+    const info = await client.forceUnlock(name);
+    assert.equal(info.fence, h.fence);
+    await new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('signal did not abort')), 3000);
+      signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+    });
+    assert.equal(h.state, 'lost');
+  });
+
+  test('a throwing onLost callback is reported, the others still run', async () => {
+    const name = fresh('lost-throw');
+    const h = await client.lock(name, { ttl: 300, renew: true }).acquire();
+    const warned = new Promise((resolve) => process.once('warning', resolve));
+    h.onLost(() => { throw new Error('callback failure'); });
+    const second = new Promise((resolve) => h.onLost(resolve));
+    await server.cli('DEL', `ferrolock:{${name}}`);
+    const err = await Promise.race([second, sleep(3000).then(() => null)]);
+    assert.equal(err?.code, 'LOST');
+    const w = await Promise.race([warned, sleep(1000).then(() => null)]);
+    assert.ok(w !== null && /callback failure/.test(w.message));
+  });
+
+  test('a loss callback may call back into ferrolock (release, acquire) without deadlock', async () => {
+    const name = fresh('lost-reenter');
+    const lock = client.lock(name, { ttl: 300, renew: true });
+    const h = await lock.acquire();
+    const done = new Promise((resolve, reject) => {
+      h.onLost(() => {
+        h.release()
+          .then(() => reject(new Error('release after loss succeeded')), (e) => {
+            assert.equal(e.code, 'LOST');
+            return lock.acquire({ wait: 2000 });
+          })
+          .then((again) => again.release().then(() => resolve(again.fence)))
+          .catch(reject);
+      });
+    });
+    await server.cli('DEL', `ferrolock:{${name}}`);
+    const fence = await Promise.race([done, sleep(4000).then(() => null)]);
+    assert.ok(fence !== null && fence > h.fence);
+  });
+
+  test('a released hold never reports a loss', async () => {
+    const name = fresh('no-loss');
+    const h = await client.lock(name, { ttl: 300, renew: true }).acquire();
+    let calls = 0;
+    h.onLost(() => { calls++; });
+    const signal = h.signal;
+    await h.release();
+    await sleep(500);
+    assert.equal(calls, 0);
+    assert.equal(signal.aborted, false);
+  });
+});
+
+describe('cancellation', () => {
+  test('aborting a waiting acquire rejects with CANCELLED and leaves no hold behind', async () => {
+    const name = fresh('cancel');
+    const holder = await client.lock(name, { ttl: 5000 }).acquire();
+    const waiter = client.lock(name, { ttl: 5000 });
+    const ac = new AbortController();
+    const p = waiter.acquire({ signal: ac.signal });
+    await sleep(100);
+    ac.abort(new Error('no longer needed'));
+    await assert.rejects(p, (err) => {
+      assert.equal(err.code, 'CANCELLED');
+      assert.equal(err.cause?.message, 'no longer needed');
+      return true;
+    });
+    await holder.release();
+    await sleep(100);
+    assert.equal(await client.inspect(name), null, 'the cancelled waiter did not take the lock');
+    const h = await client.lock(name).tryAcquire();
+    assert.ok(h !== null);
+    await h.release();
+  });
+
+  test('an already aborted signal and AbortSignal.timeout', async () => {
+    const name = fresh('cancel2');
+    const holder = await client.lock(name, { ttl: 5000 }).acquire();
+    await assert.rejects(client.lock(name).acquire({ signal: AbortSignal.abort() }), { code: 'CANCELLED' });
+    await assert.rejects(client.lock(name).acquire({ signal: AbortSignal.timeout(100) }), { code: 'CANCELLED' });
+    await holder.release();
+  });
+
+  test('cancelling in a loop while the lock is free leaves no hold (B1)', async () => {
+    const name = fresh('cancel-loop');
+    for (let i = 0; i < 30; i++) {
+      const ac = new AbortController();
+      const p = client.lock(name, { ttl: 5000 }).acquire({ signal: ac.signal });
+      setTimeout(() => ac.abort(), i % 3);
+      try {
+        const h = await p;
+        await h.release();
+      } catch (e) {
+        assert.equal(e.code, 'CANCELLED');
+      }
+    }
+    await sleep(100);
+    assert.equal(await client.inspect(name), null);
+  });
+});
+
+describe('event loop', () => {
+  test('a timer keeps firing while 8 acquires wait', async () => {
+    const name = fresh('loop');
+    const holder = await client.lock(name, { ttl: 5000 }).acquire();
+    let ticks = 0;
+    const timer = setInterval(() => { ticks++; }, 10);
+    const waiters = Array.from({ length: 8 }, () =>
+      client.lock(name, { ttl: 5000 }).acquire({ wait: 10000 }).then((h) => h.release().then(() => h.fence)));
+    const t0 = performance.now();
+    await sleep(500);
+    const elapsed = performance.now() - t0;
+    clearInterval(timer);
+    assert.ok(ticks >= elapsed / 10 / 3, `timer fired ${ticks} times in ${Math.round(elapsed)} ms`);
+    await holder.release();
+    const fences = await Promise.all(waiters);
+    assert.equal(new Set(fences).size, 8, 'each waiter got its own grant');
+    assert.ok(fences.every((f) => f > holder.fence));
+  });
+});
+
+describe('helpers', () => {
+  test('withLock passes the loss signal and releases in finally, also on throw', async () => {
+    const name = fresh('with');
+    const out = await client.withLock(name, async (signal, held) => {
+      assert.equal(signal.aborted, false);
+      assert.equal(held.state, 'held');
+      assert.equal(await client.lock(name).tryAcquire(), null);
+      return 42;
+    }, { ttl: 2000 });
+    assert.equal(out, 42);
+    assert.equal(await client.inspect(name), null);
+    await assert.rejects(client.withLock(name, async () => { throw new Error('body'); }), /body/);
+    assert.equal(await client.inspect(name), null, 'released after the body threw');
+    const own = await client.withLock(name, async (_s, held) => { await held.release(); return 1; });
+    assert.equal(own, 1, 'a body that released the hold itself is fine');
+  });
+
+  test('Symbol.asyncDispose releases once; a second dispose is a no-op', async () => {
+    const name = fresh('dispose');
+    const h = await client.lock(name, { ttl: 2000 }).acquire();
+    await h[Symbol.asyncDispose]();
+    assert.equal(h.state, 'released');
+    assert.equal(await client.inspect(name), null);
+    await h[Symbol.asyncDispose]();
+  });
+});
+
+describe('worker_threads', () => {
+  test('the addon loads in a worker, whose handles contend with the main thread', async () => {
+    const { Worker } = await import('node:worker_threads');
+    const name = fresh('worker');
+    const held = await client.lock(name, { ttl: 5000 }).acquire();
+    const src = `
+      const { parentPort, workerData } = require('node:worker_threads');
+      const { Client } = require(workerData.pkg);
+      (async () => {
+        const c = await Client.connect(workerData.url);
+        const first = await c.lock(workerData.name, { ttl: 5000 }).tryAcquire();
+        parentPort.postMessage({ first: first === null ? null : first.fence });
+        const h = await c.lock(workerData.name, { ttl: 5000 }).acquire({ wait: 5000 });
+        parentPort.postMessage({ got: h.fence });
+        await h.release();
+        c.close();
+      })().catch((e) => parentPort.postMessage({ err: String(e.code) }));
+    `;
+    const pkg = new URL('../index.js', import.meta.url).pathname;
+    const w = new Worker(src, { eval: true, workerData: { url: server.url, name, pkg } });
+    const messages = [];
+    await new Promise((resolve, reject) => {
+      w.on('message', (m) => {
+        messages.push(m);
+        if ('first' in m) held.release().catch(reject);
+      });
+      w.on('error', reject);
+      w.on('exit', resolve);
+    });
+    assert.deepEqual(messages[0], { first: null }, 'held by the main thread');
+    assert.ok(messages[1]?.got > held.fence, `the worker got it after the release: ${JSON.stringify(messages)}`);
+  });
+});

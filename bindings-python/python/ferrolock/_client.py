@@ -1,0 +1,199 @@
+"""``Client`` (sync) and ``AsyncClient`` (asyncio): connections that make locks."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Iterable, Optional, TypeVar, cast
+
+from . import _ferrolock
+from ._ferrolock import LockInfo, NativeClient
+from ._locks import AsyncLock, Duration, Lock, Name
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _decorator(
+    native: NativeClient, name: Name, ttl: Optional[Duration], wait: Optional[Duration], renew: Optional[bool]
+) -> Callable[[F], F]:
+    def decorate(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+            alock = AsyncLock(native, name, ttl=ttl, wait=wait, renew=renew)
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                async with alock:
+                    return await fn(*args, **kwargs)
+
+            return cast(F, run_async)
+        lock = Lock(native, name, ttl=ttl, wait=wait, renew=renew)
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return fn(*args, **kwargs)
+
+        return cast(F, run)
+
+    return decorate
+
+
+class Client:
+    """A connection to one Redis server, shared by every lock made from it (thread-safe).
+
+    ``Client.connect(url, **options)`` or ``Client(url, **options)``; ``url`` is
+    ``redis://[user:password@]host[:port][/db]`` (``rediss://`` for TLS),
+    ``redis+sentinel://[user:password@]host:port[,host:port...]/master-name[/db]`` (the master found
+    through Sentinel, failovers followed) or ``redis+cluster://[user:password@]host:port[,...]``
+    (Redis Cluster seed nodes). Options (durations in seconds or ``timedelta``):
+    ``connect_timeout``, ``response_timeout``, ``prefix``, ``max_name_len``, ``drift_factor``,
+    ``drift_min``, ``watchdog_ttl``, ``fence_retention``, ``max_reentrancy``,
+    ``subscription_linger``, ``replica_acks`` (``(replicas, timeout)``: every grant waits for that
+    many replica acknowledgements, else it is undone and ``NotReplicatedError`` raised; see
+    docs/GUARANTEES.md). TLS (``rediss://`` only; the server's chain and
+    host name are always verified): ``tls_ca_file`` (trust this CA instead of the system store),
+    ``tls_cert_file`` + ``tls_key_file`` (client certificate for mutual TLS); paths as ``str``
+    or ``os.PathLike``.
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self._native = _ferrolock.connect(url, options)
+
+    @classmethod
+    def connect(cls, url: str, **options: Any) -> "Client":
+        """Connect (blocking; other threads keep running)."""
+        return cls(url, **options)
+
+    def lock(
+        self,
+        name: Name,
+        *,
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        renew: Optional[bool] = None,
+    ) -> Lock:
+        """A lock on ``name`` (no I/O). ``ttl``: the lease (default: the client's
+        ``watchdog_ttl``, renewed in the background until release); ``renew``: force renewal
+        on or off; ``wait``: how long ``with`` / ``acquire()`` wait by default (``None``: no
+        bound)."""
+        return Lock(self._native, name, ttl=ttl, wait=wait, renew=renew)
+
+    def locked(
+        self,
+        name: Name,
+        *,
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        renew: Optional[bool] = None,
+    ) -> Callable[[F], F]:
+        """Decorator: run the function while holding ``name``. Works on plain functions
+        (re-entrant per thread) and ``async def`` functions (re-entrant per task)."""
+        return _decorator(self._native, name, ttl, wait, renew)
+
+    def inspect(self, name: Name) -> Optional[LockInfo]:
+        """Who holds ``name`` (owner token, count, fence, ttl), or ``None``."""
+        return self._native.inspect(name)
+
+    def force_unlock(self, name: Name) -> Optional[LockInfo]:
+        """Administrative: delete any hold on ``name`` and wake its waiters. The former holder
+        finds out at its next renewal (its hold becomes lost)."""
+        return self._native.force_unlock(name)
+
+    @property
+    def is_redlock(self) -> bool:
+        """Whether locks are taken by quorum over several masters (``Redlock``)."""
+        return self._native.is_redlock
+
+    def __repr__(self) -> str:
+        return repr(self._native)
+
+
+class Redlock(Client):
+    """A ``Client`` over N independent Redis masters: every lock operation needs a majority.
+
+    ``Redlock(["redis://a:6379", "redis://b:6379", "redis://c:6379"], **options)``; same
+    surface as ``Client``. Extra options: ``redlock_quorum`` (default N // 2 + 1; an even N
+    needs it), ``redlock_node_timeout``, ``redlock_retry_jitter``, ``redlock_max_inflight``.
+    Raises ``QuorumNotReachedError`` if fewer than a quorum of masters can be reached now.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, urls: Iterable[str], **options: Any) -> None:  # noqa: D107
+        self._native = _ferrolock.connect_redlock(urls, options)
+
+    @classmethod
+    def connect(cls, urls: Iterable[str], **options: Any) -> "Redlock":  # type: ignore[override]
+        """Connect to the masters (blocking; other threads keep running)."""
+        return cls(urls, **options)
+
+
+class AsyncClient:
+    """The asyncio face of ``Client``: ``client = await AsyncClient.connect(url, **options)``.
+
+    Same options as ``Client``. Nothing here blocks the event loop.
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: NativeClient) -> None:
+        """Internal: use ``await AsyncClient.connect(...)``."""
+        if not isinstance(native, NativeClient):
+            raise TypeError("use `await ferrolock.AsyncClient.connect(url, ...)`")
+        self._native = native
+
+    @classmethod
+    async def connect(cls, url: str, **options: Any) -> "AsyncClient":
+        """Connect without blocking the event loop."""
+        return cls(await _ferrolock.connect_async(url, options))
+
+    def lock(
+        self,
+        name: Name,
+        *,
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        renew: Optional[bool] = None,
+    ) -> AsyncLock:
+        """An asyncio lock on ``name`` (no I/O); options as for ``Client.lock``."""
+        return AsyncLock(self._native, name, ttl=ttl, wait=wait, renew=renew)
+
+    def locked(
+        self,
+        name: Name,
+        *,
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        renew: Optional[bool] = None,
+    ) -> Callable[[F], F]:
+        """Decorator, as ``Client.locked``."""
+        return _decorator(self._native, name, ttl, wait, renew)
+
+    async def inspect(self, name: Name) -> Optional[LockInfo]:
+        """Who holds ``name``, or ``None``."""
+        return await self._native.inspect_async(name)
+
+    async def force_unlock(self, name: Name) -> Optional[LockInfo]:
+        """Administrative: delete any hold on ``name`` and wake its waiters."""
+        return await self._native.force_unlock_async(name)
+
+    @property
+    def is_redlock(self) -> bool:
+        """Whether locks are taken by quorum over several masters (``AsyncRedlock``)."""
+        return self._native.is_redlock
+
+    def __repr__(self) -> str:
+        return repr(self._native).replace("<ferrolock ", "<ferrolock Async", 1)
+
+
+class AsyncRedlock(AsyncClient):
+    """The asyncio face of ``Redlock``: ``await AsyncRedlock.connect([url, ...], **options)``."""
+
+    __slots__ = ()
+
+    @classmethod
+    async def connect(cls, urls: Iterable[str], **options: Any) -> "AsyncRedlock":  # type: ignore[override]
+        """Connect to the masters without blocking the event loop."""
+        return cls(await _ferrolock.connect_redlock_async(urls, options))

@@ -1,0 +1,343 @@
+"""Locks with Python owners: a sync ``Lock`` is owned per thread, an ``AsyncLock`` per task.
+
+The core re-enters through one lock handle (one owner token). These classes give each thread
+(``Lock``) or asyncio task (``AsyncLock``) its own core handle, so the same thread or task
+re-enters like ``threading.RLock`` and any other thread or task contends. Everything else is the
+core's: timing, retries, renewal and the scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from datetime import timedelta
+from typing import Any, Callable, List, Optional, Union
+
+from ._ferrolock import LockError, NativeClient, NativeGuard, NativeLock, NotHeldError
+
+Duration = Union[int, float, timedelta]
+"""Seconds as ``int``/``float``, or a ``datetime.timedelta``."""
+
+Name = Union[str, bytes]
+"""A lock name: ``str`` (UTF-8) or ``bytes``."""
+
+
+def _is_transient(e: LockError) -> bool:
+    # A transient failure (connection, server timeout) leaves the hold in place: retry release.
+    return bool(getattr(e, "transient", False))
+
+
+class _Owner:
+    """One thread's or task's core handle and its stack of holds (innermost last)."""
+
+    __slots__ = ("handle", "stack")
+
+    def __init__(self, handle: NativeLock) -> None:
+        self.handle = handle
+        self.stack: List[Any] = []
+
+    def forget(self, held: object) -> None:
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i] is held:
+                del self.stack[i]
+                return
+
+
+class _HeldBase:
+    __slots__ = ("_guard", "_owner", "_name")
+
+    def __init__(self, owner: _Owner, guard: NativeGuard, name: Name) -> None:
+        self._guard = guard
+        self._owner = owner
+        self._name = name
+
+    @property
+    def name(self) -> Name:
+        """The lock's name, as given."""
+        return self._name
+
+    @property
+    def fence(self) -> int:
+        """The fencing token: strictly increasing across grants; re-entry keeps it.
+        Pass it to the resource you write, which must reject lower tokens."""
+        return self._guard.fence
+
+    @property
+    def count(self) -> int:
+        """The owner's reentrancy depth (0 once lost or released)."""
+        return self._guard.count
+
+    def remaining(self) -> float:
+        """Seconds left until the local deadline (0 once lost or released)."""
+        return self._guard.remaining()
+
+    def ensure(self, margin: Optional[Duration] = None) -> None:
+        """Raise ``LostError`` unless still held with more than ``margin`` of validity left
+        (``NotHeldError`` if released)."""
+        self._guard.ensure(margin)
+
+    @property
+    def state(self) -> str:
+        """``"held"``, ``"in_doubt"`` (a renewal failed; still valid), ``"lost"`` or
+        ``"released"``."""
+        return self._guard.state
+
+    @property
+    def lost(self) -> bool:
+        """Whether the hold is lost (its lease ran out, or another owner took the lock)."""
+        return self._guard.state == "lost"
+
+    def on_lost(self, callback: Callable[[LockError], object]) -> None:
+        """Call ``callback(error)`` once if the hold is lost, from a ferrolock thread (at once
+        if it already is). Exceptions it raises are logged on the ``ferrolock`` logger."""
+        self._guard.on_lost(callback)
+
+    def __repr__(self) -> str:
+        try:
+            return f"<{type(self).__name__} name={self._name!r} fence={self.fence} state={self.state}>"
+        except LockError:  # e.g. inherited across fork(): the hold is the parent's
+            return f"<{type(self).__name__} name={self._name!r} (unusable here)>"
+
+
+class Held(_HeldBase):
+    """One level of a sync hold, returned by ``Lock.acquire`` and ``with lock as held``."""
+
+    __slots__ = ("_thread",)
+
+    def __init__(self, owner: _Owner, guard: NativeGuard, name: Name) -> None:
+        super().__init__(owner, guard, name)
+        self._thread = threading.get_ident()
+
+    def release(self) -> None:
+        """Release this level (the lock is freed when the outermost level is released).
+
+        Raises ``NotHeldError`` from another thread or when already released, ``LostError`` if
+        the hold was lost meanwhile (nothing of another owner is deleted)."""
+        if threading.get_ident() != self._thread:
+            raise NotHeldError("this hold belongs to another thread; release it from that thread")
+        try:
+            self._guard.release()
+        except LockError as e:
+            if not _is_transient(e):
+                self._owner.forget(self)
+            raise
+        self._owner.forget(self)
+
+    def extend(self, ttl: Duration) -> None:
+        """Extend the lease to ``ttl`` from now (raises ``LostError`` if it is already lost)."""
+        self._guard.extend(ttl)
+
+    def __enter__(self) -> "Held":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+class Lock:
+    """A named lock, re-entrant per thread like ``threading.RLock``; other threads contend.
+
+    Use ``with lock as held:`` or ``held = lock.acquire(wait=5)`` / ``held.release()``.
+    Made by ``Client.lock``; creating it does no I/O.
+    """
+
+    def __init__(
+        self,
+        native: NativeClient,
+        name: Name,
+        *,
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        renew: Optional[bool] = None,
+    ) -> None:
+        self._native = native
+        self._name = name
+        self._ttl = ttl
+        self._wait = wait
+        self._renew = renew
+        self._local = threading.local()
+        # Validates name and ttl now, before any I/O; this thread gets this handle.
+        self._local.owner = _Owner(native.lock(name, ttl, renew))
+
+    @property
+    def name(self) -> Name:
+        """The lock's name, as given."""
+        return self._name
+
+    def _owner(self) -> _Owner:
+        owner: Optional[_Owner] = getattr(self._local, "owner", None)
+        if owner is None:
+            owner = _Owner(self._native.lock(self._name, self._ttl, self._renew))
+            self._local.owner = owner
+        return owner
+
+    def acquire(self, wait: Optional[Duration] = None) -> Held:
+        """Acquire (or re-enter), waiting at most ``wait`` seconds (``None``: the lock's
+        ``wait``, which is unbounded unless given to ``Client.lock``; ``0``: one attempt).
+        Raises ``AcquireTimeoutError`` (a ``TimeoutError``) when the wait elapses. Other
+        threads keep running while this one waits."""
+        owner = self._owner()
+        guard = owner.handle.acquire(self._wait if wait is None else wait)
+        held = Held(owner, guard, self._name)
+        owner.stack.append(held)
+        return held
+
+    def try_acquire(self) -> Optional[Held]:
+        """One attempt: a ``Held``, or ``None`` when another owner holds the lock."""
+        owner = self._owner()
+        guard = owner.handle.try_acquire()
+        if guard is None:
+            return None
+        held = Held(owner, guard, self._name)
+        owner.stack.append(held)
+        return held
+
+    def release(self) -> None:
+        """Release this thread's innermost hold. ``NotHeldError`` if this thread holds none."""
+        owner: Optional[_Owner] = getattr(self._local, "owner", None)
+        if owner is None or not owner.stack:
+            raise NotHeldError("this thread does not hold the lock")
+        owner.stack[-1].release()
+
+    @property
+    def held(self) -> Optional[Held]:
+        """This thread's innermost hold, or ``None``."""
+        owner: Optional[_Owner] = getattr(self._local, "owner", None)
+        return owner.stack[-1] if owner is not None and owner.stack else None
+
+    def __enter__(self) -> Held:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<ferrolock.Lock name={self._name!r}>"
+
+
+class AsyncHeld(_HeldBase):
+    """One level of an asyncio hold, returned by ``AsyncLock.acquire`` and ``async with``."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self, owner: _Owner, guard: NativeGuard, name: Name, task: "asyncio.Task[Any]") -> None:
+        super().__init__(owner, guard, name)
+        self._task = weakref.ref(task)
+
+    async def release(self) -> None:
+        """Release this level. ``NotHeldError`` from another task or when already released;
+        ``LostError`` if the hold was lost meanwhile (nothing of another owner is deleted)."""
+        if asyncio.current_task() is not self._task():
+            raise NotHeldError("this hold belongs to another task; release it from that task")
+        try:
+            await self._guard.release_async()
+        except LockError as e:
+            if not _is_transient(e):
+                self._owner.forget(self)
+            raise
+        self._owner.forget(self)
+
+    async def extend(self, ttl: Duration) -> None:
+        """Extend the lease to ``ttl`` from now (raises ``LostError`` if it is already lost)."""
+        await self._guard.extend_async(ttl)
+
+    async def __aenter__(self) -> "AsyncHeld":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.release()
+
+
+def _current_task() -> "asyncio.Task[Any]":
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("an AsyncLock is used from inside an asyncio task")
+    return task
+
+
+class AsyncLock:
+    """A named lock for asyncio, re-entrant per task; other tasks (and threads) contend.
+
+    Use ``async with lock as held:`` or ``held = await lock.acquire(wait=5)``. Made by
+    ``AsyncClient.lock``; creating it does no I/O. Waiting never blocks the event loop.
+    """
+
+    def __init__(
+        self,
+        native: NativeClient,
+        name: Name,
+        *,
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        renew: Optional[bool] = None,
+    ) -> None:
+        self._native = native
+        self._name = name
+        self._ttl = ttl
+        self._wait = wait
+        self._renew = renew
+        self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], _Owner]" = weakref.WeakKeyDictionary()
+        # Validates name and ttl now, before any I/O; the first task to acquire gets it.
+        self._spare: Optional[NativeLock] = native.lock(name, ttl, renew)
+
+    @property
+    def name(self) -> Name:
+        """The lock's name, as given."""
+        return self._name
+
+    def _owner(self, task: "asyncio.Task[Any]") -> _Owner:
+        owner = self._owners.get(task)
+        if owner is None:
+            handle, self._spare = self._spare, None
+            if handle is None:
+                handle = self._native.lock(self._name, self._ttl, self._renew)
+            owner = _Owner(handle)
+            self._owners[task] = owner
+        return owner
+
+    async def acquire(self, wait: Optional[Duration] = None) -> AsyncHeld:
+        """Acquire (or re-enter from the same task), waiting at most ``wait`` seconds
+        (``None``: the lock's ``wait``, unbounded unless given; ``0``: one attempt). Raises
+        ``AcquireTimeoutError`` when the wait elapses. Cancelling the call cancels the attempt
+        and leaves no hold behind."""
+        task = _current_task()
+        owner = self._owner(task)
+        guard = await owner.handle.acquire_async(self._wait if wait is None else wait)
+        held = AsyncHeld(owner, guard, self._name, task)
+        owner.stack.append(held)
+        return held
+
+    async def try_acquire(self) -> Optional[AsyncHeld]:
+        """One attempt: an ``AsyncHeld``, or ``None`` when another owner holds the lock."""
+        task = _current_task()
+        owner = self._owner(task)
+        guard = await owner.handle.try_acquire_async()
+        if guard is None:
+            return None
+        held = AsyncHeld(owner, guard, self._name, task)
+        owner.stack.append(held)
+        return held
+
+    async def release(self) -> None:
+        """Release this task's innermost hold. ``NotHeldError`` if this task holds none."""
+        owner = self._owners.get(_current_task())
+        if owner is None or not owner.stack:
+            raise NotHeldError("this task does not hold the lock")
+        await owner.stack[-1].release()
+
+    @property
+    def held(self) -> Optional[AsyncHeld]:
+        """The current task's innermost hold, or ``None``."""
+        task = asyncio.current_task()
+        owner = self._owners.get(task) if task is not None else None
+        return owner.stack[-1] if owner is not None and owner.stack else None
+
+    async def __aenter__(self) -> AsyncHeld:
+        return await self.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.release()
+
+    def __repr__(self) -> str:
+        return f"<ferrolock.AsyncLock name={self._name!r}>"

@@ -1,0 +1,352 @@
+//! The native classes behind `ferrolock.Client` / `Lock` / `Held`: one core object each, every
+//! call a direct translation. Owner semantics (per thread, per task) live in the Python layer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrolock::{Client, ClientOptions, Guard, Lock, LockInfo, LockOptions};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::runtime::{ProcessLocal, future, wait, with_python};
+use crate::{convert, errors, logging};
+
+async fn connect_core(url: String, opts: ClientOptions) -> ferrolock::Result<Client> {
+    Client::connect(&url, opts).await
+}
+
+/// Connect to one Redis server (blocking, GIL released).
+#[pyfunction]
+#[pyo3(signature = (url, options = None))]
+pub fn connect(py: Python<'_>, url: String, options: Option<&Bound<'_, PyDict>>) -> PyResult<NativeClient> {
+    let opts = convert::client_options(options)?;
+    let client = wait(py, connect_core(url, opts))?;
+    Ok(NativeClient { inner: ProcessLocal::new(client) })
+}
+
+/// Connect to one Redis server; returns an awaitable.
+#[pyfunction]
+#[pyo3(signature = (url, options = None))]
+pub fn connect_async<'py>(
+    py: Python<'py>,
+    url: String,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let opts = convert::client_options(options)?;
+    future(py, connect_core(url, opts), |py, client| {
+        Ok(Py::new(py, NativeClient { inner: ProcessLocal::new(client) })?.into_any())
+    })
+}
+
+async fn connect_redlock_core(urls: Vec<String>, opts: ClientOptions) -> ferrolock::Result<Client> {
+    Client::connect_redlock(urls, opts).await
+}
+
+fn urls_of(urls: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if urls.is_instance_of::<pyo3::types::PyString>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "Redlock takes a list of URLs (one per independent master), not one string",
+        ));
+    }
+    urls.try_iter()?.map(|u| u.and_then(|u| u.extract::<String>())).collect()
+}
+
+/// Connect to N independent masters for Redlock (blocking, GIL released).
+#[pyfunction]
+#[pyo3(signature = (urls, options = None))]
+pub fn connect_redlock(
+    py: Python<'_>,
+    urls: &Bound<'_, PyAny>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<NativeClient> {
+    let (urls, opts) = (urls_of(urls)?, convert::client_options(options)?);
+    let client = wait(py, connect_redlock_core(urls, opts))?;
+    Ok(NativeClient { inner: ProcessLocal::new(client) })
+}
+
+/// Connect to N independent masters for Redlock; returns an awaitable.
+#[pyfunction]
+#[pyo3(signature = (urls, options = None))]
+pub fn connect_redlock_async<'py>(
+    py: Python<'py>,
+    urls: &Bound<'_, PyAny>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (urls, opts) = (urls_of(urls)?, convert::client_options(options)?);
+    future(py, connect_redlock_core(urls, opts), |py, client| {
+        Ok(Py::new(py, NativeClient { inner: ProcessLocal::new(client) })?.into_any())
+    })
+}
+
+/// A connection to one Redis server, or to N masters for Redlock (core `Client`).
+#[derive(Debug)]
+#[pyclass(frozen, module = "ferrolock._ferrolock")]
+pub struct NativeClient {
+    inner: ProcessLocal<Client>,
+}
+
+fn info_to_py(py: Python<'_>, info: Option<LockInfo>) -> PyResult<Py<PyAny>> {
+    match info {
+        None => Ok(py.None()),
+        Some(i) => Ok(Py::new(py, NativeLockInfo::from(i))?.into_any()),
+    }
+}
+
+#[pymethods]
+impl NativeClient {
+    /// A lock handle with a fresh owner token (no I/O).
+    #[pyo3(signature = (name, ttl = None, renew = None))]
+    fn lock(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        renew: Option<bool>,
+    ) -> PyResult<NativeLock> {
+        let name = convert::name(name)?;
+        let mut opts = LockOptions::default();
+        opts.ttl = convert::opt_duration(ttl, "ttl")?;
+        opts.renew = renew;
+        let lock = self.inner.get(py)?.lock(name, opts).map_err(|e| errors::to_py(py, e))?;
+        Ok(NativeLock { inner: ProcessLocal::new(lock) })
+    }
+
+    /// Who holds `name`, if anyone.
+    fn inspect(&self, py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<Option<NativeLockInfo>> {
+        let (c, n) = (self.inner.get(py)?.clone(), convert::name(name)?);
+        Ok(wait(py, async move { c.inspect(n).await })?.map(NativeLockInfo::from))
+    }
+
+    /// Awaitable `inspect`.
+    fn inspect_async<'py>(&self, py: Python<'py>, name: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let (c, n) = (self.inner.get(py)?.clone(), convert::name(name)?);
+        future(py, async move { c.inspect(n).await }, info_to_py)
+    }
+
+    /// Delete whatever hold `name` has (administrative); returns what was removed.
+    fn force_unlock(&self, py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<Option<NativeLockInfo>> {
+        let (c, n) = (self.inner.get(py)?.clone(), convert::name(name)?);
+        Ok(wait(py, async move { c.force_unlock(n).await })?.map(NativeLockInfo::from))
+    }
+
+    /// Awaitable `force_unlock`.
+    fn force_unlock_async<'py>(
+        &self,
+        py: Python<'py>,
+        name: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (c, n) = (self.inner.get(py)?.clone(), convert::name(name)?);
+        future(py, async move { c.force_unlock(n).await }, info_to_py)
+    }
+
+    /// Whether this client locks by quorum over several masters (Redlock).
+    #[getter]
+    fn is_redlock(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.inner.get(py)?.is_redlock())
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        match self.inner.get(py) {
+            // The core's Debug shows host, port and db only: never credentials.
+            Ok(c) => format!("<ferrolock {c:?}>"),
+            Err(_) => "<ferrolock Client (inherited across fork)>".to_owned(),
+        }
+    }
+}
+
+/// What `inspect` and `force_unlock` report about one lock.
+#[derive(Debug)]
+#[pyclass(frozen, module = "ferrolock._ferrolock", name = "LockInfo")]
+pub struct NativeLockInfo {
+    owner: Vec<u8>,
+    /// The holder's reentrancy depth.
+    #[pyo3(get)]
+    count: u32,
+    /// The hold's fencing token.
+    #[pyo3(get)]
+    fence: u64,
+    ttl: Option<Duration>,
+}
+
+impl From<LockInfo> for NativeLockInfo {
+    fn from(i: LockInfo) -> Self {
+        NativeLockInfo { owner: i.owner, count: i.count, fence: i.fence, ttl: i.ttl }
+    }
+}
+
+#[pymethods]
+impl NativeLockInfo {
+    /// The holder's owner token.
+    #[getter]
+    fn owner<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.owner)
+    }
+
+    /// Server-side seconds to expiry (`None`: no expiry, or unknown).
+    #[getter]
+    fn ttl(&self) -> Option<f64> {
+        self.ttl.map(|d| d.as_secs_f64())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("LockInfo(count={}, fence={}, ttl={:?})", self.count, self.fence, self.ttl())
+    }
+}
+
+/// One owner's handle on a named lock (core `Lock`): acquiring again re-enters.
+#[derive(Debug)]
+#[pyclass(frozen, module = "ferrolock._ferrolock")]
+pub struct NativeLock {
+    inner: ProcessLocal<Lock>,
+}
+
+fn guard_to_py(py: Python<'_>, g: Guard) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, NativeGuard { inner: ProcessLocal::new(Arc::new(g)) })?.into_any())
+}
+
+#[pymethods]
+impl NativeLock {
+    /// Acquire, waiting at most `wait` (None: without bound). GIL released while waiting.
+    #[pyo3(signature = (wait = None))]
+    fn acquire(&self, py: Python<'_>, wait: Option<&Bound<'_, PyAny>>) -> PyResult<NativeGuard> {
+        let w = convert::opt_duration(wait, "wait")?;
+        let l = self.inner.get(py)?.clone();
+        let g = crate::runtime::wait(py, async move { l.acquire(w).await })?;
+        Ok(NativeGuard { inner: ProcessLocal::new(Arc::new(g)) })
+    }
+
+    /// One attempt; `None` when another owner holds the lock.
+    fn try_acquire(&self, py: Python<'_>) -> PyResult<Option<NativeGuard>> {
+        let l = self.inner.get(py)?.clone();
+        let g = wait(py, async move { l.try_acquire().await })?;
+        Ok(g.map(|g| NativeGuard { inner: ProcessLocal::new(Arc::new(g)) }))
+    }
+
+    /// Awaitable `acquire`.
+    #[pyo3(signature = (wait = None))]
+    fn acquire_async<'py>(
+        &self,
+        py: Python<'py>,
+        wait: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let w = convert::opt_duration(wait, "wait")?;
+        let l = self.inner.get(py)?.clone();
+        future(py, async move { l.acquire(w).await }, guard_to_py)
+    }
+
+    /// Awaitable `try_acquire`.
+    fn try_acquire_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let l = self.inner.get(py)?.clone();
+        future(py, async move { l.try_acquire().await }, |py, g| match g {
+            Some(g) => guard_to_py(py, g),
+            None => Ok(py.None()),
+        })
+    }
+
+    /// The lock's name.
+    #[getter]
+    fn name<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        Ok(PyBytes::new(py, self.inner.get(py)?.name()))
+    }
+
+    /// The lease of each grant, in seconds.
+    #[getter]
+    fn ttl(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(self.inner.get(py)?.ttl().as_secs_f64())
+    }
+}
+
+/// One level of hold (core `Guard`).
+#[derive(Debug)]
+#[pyclass(frozen, module = "ferrolock._ferrolock")]
+pub struct NativeGuard {
+    inner: ProcessLocal<Arc<Guard>>,
+}
+
+impl NativeGuard {
+    /// Release in the background a grant whose acquire call was cancelled as it completed.
+    pub fn abandon(&self, py: Python<'_>) {
+        if let (Ok(g), Ok(rt)) = (self.inner.get(py), crate::runtime::runtime(py)) {
+            let g = g.clone();
+            rt.spawn(async move {
+                let _ = g.release().await;
+            });
+        }
+    }
+}
+
+#[pymethods]
+impl NativeGuard {
+    /// Release this level (at depth 0 the lock is deleted and waiters are woken).
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        let g = self.inner.get(py)?.clone();
+        wait(py, async move { g.release().await })
+    }
+
+    /// Awaitable `release`.
+    fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let g = self.inner.get(py)?.clone();
+        future(py, async move { g.release().await }, |py, ()| Ok(py.None()))
+    }
+
+    /// Extend the lease to `ttl` from now (owner-checked).
+    fn extend(&self, py: Python<'_>, ttl: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ttl = convert::duration(ttl, "ttl")?;
+        let g = self.inner.get(py)?.clone();
+        wait(py, async move { g.extend(ttl).await })
+    }
+
+    /// Awaitable `extend`.
+    fn extend_async<'py>(&self, py: Python<'py>, ttl: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let ttl = convert::duration(ttl, "ttl")?;
+        let g = self.inner.get(py)?.clone();
+        future(py, async move { g.extend(ttl).await }, |py, ()| Ok(py.None()))
+    }
+
+    /// The fencing token.
+    #[getter]
+    fn fence(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.inner.get(py)?.fence())
+    }
+
+    /// The reentrancy depth of the owner's hold (0 once lost or released).
+    #[getter]
+    fn count(&self, py: Python<'_>) -> PyResult<u32> {
+        Ok(self.inner.get(py)?.count())
+    }
+
+    /// Seconds left until the local deadline (0 once lost or released).
+    fn remaining(&self, py: Python<'_>) -> PyResult<f64> {
+        Ok(self.inner.get(py)?.remaining().as_secs_f64())
+    }
+
+    /// Raise `LostError` unless still held with more than `margin` of validity left.
+    #[pyo3(signature = (margin = None))]
+    fn ensure(&self, py: Python<'_>, margin: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let margin = convert::opt_duration(margin, "margin")?.unwrap_or(Duration::ZERO);
+        self.inner.get(py)?.ensure(margin).map_err(|e| errors::to_py(py, e))
+    }
+
+    /// `"held"`, `"in_doubt"`, `"lost"` or `"released"`.
+    #[getter]
+    fn state(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(self.inner.get(py)?.state().name())
+    }
+
+    /// Call `callback(error)` once if the hold is lost (from a ferrolock thread; at once if it
+    /// already is). An exception in the callback is logged on the `ferrolock` logger.
+    fn on_lost(&self, py: Python<'_>, callback: Py<PyAny>) -> PyResult<()> {
+        if !callback.bind(py).is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err("on_lost needs a callable"));
+        }
+        self.inner.get(py)?.on_lost(move |err| {
+            with_python(|py| {
+                let exc = errors::to_py(py, err).into_value(py);
+                if let Err(e) = callback.call1(py, (exc,)) {
+                    logging::exception(py, "on_lost callback raised", e);
+                }
+            });
+        });
+        Ok(())
+    }
+}

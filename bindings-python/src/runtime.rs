@@ -1,0 +1,291 @@
+//! The binding's tokio runtime and the two ways Python waits on it.
+//!
+//! * Sync calls spawn the core future and wait on a channel with the GIL released, waking
+//!   every 50 ms only to let the main thread see signals (Ctrl-C aborts the wait; dropping the
+//!   core future is a cancellation the core cleans up after).
+//! * Async calls return an `asyncio.Future` completed from a blocking-pool thread through
+//!   `loop.call_soon_threadsafe`; cancelling it aborts the core future.
+//!
+//! The runtime has one worker thread: a sync call spawned onto it runs next to the connection's
+//! driver task, so it costs one thread hop there and one back (with two workers, tasks bounced
+//! between them: 12 context switches per acquire + release instead of 7). Nothing that can wait
+//! for the GIL runs on that worker.
+//!
+//! One runtime per process: after `fork()` the child builds its own (the parent's worker
+//! threads do not exist there) and never drops the inherited one.
+//!
+//! Interpreter exit (TOOLCHAIN.md pitfall 1): every attach to the interpreter from a runtime
+//! thread goes through [`with_python`], which counts itself in-flight and refuses once the
+//! `atexit` hook ([`at_exit`]) has started; the hook waits (GIL released, at most 2 s) for the
+//! in-flight count to reach zero, so no runtime thread touches Python while it finalizes.
+
+use std::future::Future;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyCFunction;
+
+use crate::errors;
+
+struct ProcessRuntime {
+    pid: u32,
+    rt: tokio::runtime::Runtime,
+}
+
+static RUNTIME: AtomicPtr<ProcessRuntime> = AtomicPtr::new(std::ptr::null_mut());
+
+/// This process's runtime, built on first use (and again in a forked child).
+pub fn runtime(py: Python<'_>) -> PyResult<&'static tokio::runtime::Runtime> {
+    let pid = std::process::id();
+    let cur = RUNTIME.load(Ordering::Acquire);
+    // SAFETY: pointers stored in RUNTIME come from Box::leak and are never freed.
+    if let Some(p) = unsafe { cur.as_ref() }
+        && p.pid == pid
+    {
+        return Ok(&p.rt);
+    }
+    // One worker: a call spawned here runs next to the connection's driver task on the same
+    // thread, so it costs one hop there and one back (two workers bounce tasks between them).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("ferrolock-py")
+        .enable_all()
+        .build()
+        .map_err(|e| errors::internal(py, &format!("cannot start the tokio runtime: {e}")))?;
+    let new: &'static mut ProcessRuntime = Box::leak(Box::new(ProcessRuntime { pid, rt }));
+    let new_ptr: *mut ProcessRuntime = new;
+    match RUNTIME.compare_exchange(cur, new_ptr, Ordering::AcqRel, Ordering::Acquire) {
+        // The inherited runtime (if any) is leaked on purpose: its threads are the parent's.
+        Ok(_) => Ok(&new.rt),
+        Err(other) => {
+            // Another thread won the race: use its runtime; ours is leaked unused (rare, bounded).
+            // SAFETY: as above.
+            match unsafe { other.as_ref() } {
+                Some(p) if p.pid == pid => Ok(&p.rt),
+                _ => Ok(&new.rt),
+            }
+        }
+    }
+}
+
+/// A value that belongs to the process that made it: dropped normally there, leaked in a
+/// forked child (its destructor could wait on a lock held by a parent thread that does not
+/// exist in the child, or talk to the parent's connections).
+pub struct ProcessLocal<T> {
+    pid: u32,
+    value: ManuallyDrop<T>,
+}
+
+impl<T> ProcessLocal<T> {
+    pub fn new(value: T) -> Self {
+        ProcessLocal { pid: std::process::id(), value: ManuallyDrop::new(value) }
+    }
+
+    /// The value, or a `ClosedError` in a forked child.
+    pub fn get(&self, py: Python<'_>) -> PyResult<&T> {
+        if self.pid == std::process::id() {
+            Ok(&self.value)
+        } else {
+            Err(errors::closed(
+                py,
+                "this object was created before fork() in the parent process; \
+                 the parent keeps its locks: connect a new client in this process",
+            ))
+        }
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for ProcessLocal<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.pid == std::process::id() {
+            self.value.fmt(f)
+        } else {
+            f.write_str("<inherited across fork>")
+        }
+    }
+}
+
+impl<T> Drop for ProcessLocal<T> {
+    fn drop(&mut self) {
+        if self.pid == std::process::id() {
+            // SAFETY: dropped exactly once, here.
+            unsafe { ManuallyDrop::drop(&mut self.value) }
+        }
+    }
+}
+
+/// Run `fut` on the runtime and wait for it with the GIL released.
+pub fn wait<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
+where
+    F: Future<Output = ferrolock::Result<T>> + Send + 'static,
+    T: Abandon + Send + 'static,
+{
+    let rt = runtime(py)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let task = rt.spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    let mut rx = rx;
+    loop {
+        let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
+        rx = back;
+        match got {
+            Ok(r) => return r.map_err(|e| errors::to_py(py, e)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Err(e) = py.check_signals() {
+                    // Dropping the core future cancels it (the core undoes a half-done acquire).
+                    // If it finished meanwhile, its result arrives anyway: hand a grant back.
+                    task.abort();
+                    let (late, _) = py.detach(move || (rx.recv_timeout(Duration::from_secs(2)), rx));
+                    if let Ok(Ok(value)) = late {
+                        value.abandon(rt);
+                    }
+                    return Err(e);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(errors::internal(py, "a ferrolock task ended without a result"));
+            }
+        }
+    }
+}
+
+/// What to do with a result nobody will receive (the caller was interrupted as it arrived).
+pub trait Abandon: Sized {
+    /// Undo whatever the result holds; by default nothing.
+    fn abandon(self, _rt: &tokio::runtime::Runtime) {}
+}
+
+impl Abandon for () {}
+impl Abandon for ferrolock::Client {}
+impl Abandon for Option<ferrolock::LockInfo> {}
+
+impl Abandon for ferrolock::Guard {
+    fn abandon(self, rt: &tokio::runtime::Runtime) {
+        rt.spawn(async move {
+            let _ = self.release().await;
+        });
+    }
+}
+
+impl Abandon for Option<ferrolock::Guard> {
+    fn abandon(self, rt: &tokio::runtime::Runtime) {
+        if let Some(g) = self {
+            g.abandon(rt);
+        }
+    }
+}
+
+static ASYNCIO_GET_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Run `fut` on the runtime; return an `asyncio.Future` of the running loop that completes
+/// with `convert(value)` or the mapped exception.
+pub fn future<'py, T, F, C>(py: Python<'py>, fut: F, convert: C) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = ferrolock::Result<T>> + Send + 'static,
+    T: Send + 'static,
+    C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    let rt = runtime(py)?;
+    let get_loop = ASYNCIO_GET_LOOP.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("asyncio")?.getattr("get_running_loop")?.unbind())
+    })?;
+    let event_loop = get_loop.bind(py).call0()?;
+    let py_fut = event_loop.call_method0("create_future")?;
+    let (loop_ref, fut_ref) = (event_loop.clone().unbind(), py_fut.clone().unbind());
+    let task = rt.spawn(async move {
+        let result = fut.await;
+        // Enter Python on a blocking-pool thread, never on the runtime's only worker: waiting
+        // there for the GIL would stall every connection (and the watchdog) meanwhile.
+        drop(tokio::task::spawn_blocking(move || {
+            with_python(move |py| {
+                let (ok, value) = match result {
+                    Ok(v) => match convert(py, v) {
+                        Ok(obj) => (true, obj),
+                        Err(e) => (false, e.into_value(py).into_any()),
+                    },
+                    Err(e) => (false, errors::to_py(py, e).into_value(py).into_any()),
+                };
+                let setter = match complete_fn(py) {
+                    Ok(f) => f,
+                    Err(e) => return e.write_unraisable(py, None),
+                };
+                // Fails only if the loop is closed: nobody is waiting any more.
+                let _ = loop_ref.bind(py).call_method1("call_soon_threadsafe", (setter, fut_ref, ok, value));
+            })
+        }));
+    });
+    let abort = task.abort_handle();
+    let on_done = PyCFunction::new_closure(py, None, None, move |args, _kwargs| -> PyResult<()> {
+        let f = args.get_item(0)?;
+        if f.call_method0("cancelled")?.is_truthy()? {
+            abort.abort(); // dropping the core future cancels it (with its cleanup)
+        }
+        Ok(())
+    })?;
+    py_fut.call_method1("add_done_callback", (on_done,))?;
+    Ok(py_fut)
+}
+
+static COMPLETE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn complete_fn(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    COMPLETE
+        .get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(pyo3::wrap_pyfunction!(complete_future, py)?.into_any().unbind())
+        })
+        .map(|f| f.bind(py))
+}
+
+/// Set an asyncio future's outcome unless it was cancelled meanwhile (runs on the loop).
+#[pyfunction]
+fn complete_future(fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    if fut.call_method0("done")?.is_truthy()? {
+        // Cancelled just as the core finished: a grant nobody will see must not linger.
+        if ok && let Ok(guard) = value.cast::<crate::native::NativeGuard>() {
+            guard.get().abandon(fut.py());
+        }
+        return Ok(());
+    }
+    if ok {
+        fut.call_method1("set_result", (value,))?;
+    } else {
+        fut.call_method1("set_exception", (value,))?;
+    }
+    Ok(())
+}
+
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Attach to the interpreter from a runtime (non-Python) thread, unless it is shutting down.
+/// Returns `None` when the call was skipped.
+pub fn with_python<R>(f: impl FnOnce(Python<'_>) -> R) -> Option<R> {
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    let r = if EXITING.load(Ordering::SeqCst) { None } else { Some(Python::attach(f)) };
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    r
+}
+
+/// Registered with `os.register_at_fork(after_in_child=...)`: runtime threads that were about
+/// to enter Python in the parent do not exist in the child.
+#[pyfunction]
+pub fn after_fork_in_child() {
+    IN_FLIGHT.store(0, Ordering::SeqCst);
+}
+
+/// Registered with `atexit`: stop runtime threads from entering Python, and let those already
+/// on their way finish (GIL released, at most 2 s) before the interpreter finalizes.
+#[pyfunction]
+pub fn at_exit(py: Python<'_>) {
+    EXITING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let until = Instant::now() + Duration::from_secs(2);
+        while IN_FLIGHT.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}

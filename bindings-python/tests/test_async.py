@@ -1,0 +1,243 @@
+"""The behaviour scenarios with the asyncio API (each test runs its own event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Awaitable, Callable, List, Optional
+
+import pytest
+
+import ferrolock
+from conftest import RedisServer, hold_key
+
+
+def run(redis: RedisServer, body: Callable[[ferrolock.AsyncClient], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        client = await ferrolock.AsyncClient.connect(redis.url)
+        return await asyncio.wait_for(body(client), 20)
+
+    return asyncio.run(main())
+
+
+def test_async_with_and_reentry(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name, ttl=5)
+        async with lock as outer:
+            async with lock as inner:  # same task: re-entry
+                assert inner.count == 2 and inner.fence == outer.fence
+            assert outer.count == 1
+            info = await client.inspect(name)
+            assert info is not None and info.count == 1
+        assert outer.state == "released"
+        assert await client.inspect(name) is None
+
+    run(redis, body)
+
+
+def test_other_task_contends(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name, ttl=5)
+        held = await lock.acquire()
+
+        async def other() -> Optional[ferrolock.AsyncHeld]:
+            return await lock.try_acquire()
+
+        assert await asyncio.create_task(other()) is None  # same object, another task
+        with pytest.raises(ferrolock.AcquireTimeoutError):
+            await asyncio.create_task(lock.acquire(wait=0.2))
+        await held.release()
+
+    run(redis, body)
+
+
+def test_task_cannot_release_another_tasks_hold(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name, ttl=5)
+        held = await lock.acquire()
+
+        async def intruder() -> List[type]:
+            errs: List[type] = []
+            for call in (lock.release, held.release):
+                try:
+                    await call()
+                except ferrolock.LockError as e:
+                    errs.append(type(e))
+            return errs
+
+        assert await asyncio.create_task(intruder()) == [ferrolock.NotHeldError] * 2
+        info = await client.inspect(name)
+        assert info is not None and info.fence == held.fence
+        await held.release()
+
+    run(redis, body)
+
+
+def test_b9_expired_task_release_fails_and_keeps_the_new_hold(redis: RedisServer, name: str) -> None:
+    """One lock object shared by two tasks with expiry in between: A's release must fail."""
+
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name, ttl=0.3, renew=False)
+        a_has_it = asyncio.Event()
+        b_has_it = asyncio.Event()
+        out: dict = {}
+
+        async def task_a() -> None:
+            await lock.acquire()
+            a_has_it.set()
+            await b_has_it.wait()
+            try:
+                await lock.release()
+            except ferrolock.LockError as e:
+                out["a"] = e
+
+        async def task_b() -> None:
+            await a_has_it.wait()
+            held = await lock.acquire(wait=2)  # after A's lease ran out
+            out["b_fence"] = held.fence
+            b_has_it.set()
+            await asyncio.sleep(0.1)
+            info = await client.inspect(name)
+            out["after"] = info
+            await held.release()
+
+        await asyncio.gather(task_a(), task_b())
+        assert isinstance(out["a"], ferrolock.LostError)
+        assert out["after"] is not None and out["after"].fence == out["b_fence"]
+
+    run(redis, body)
+
+
+def test_event_loop_not_blocked(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        holder = await client.lock(name, ttl=5).acquire()
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        t = asyncio.create_task(ticker())
+
+        async def waiter() -> None:
+            with pytest.raises(ferrolock.AcquireTimeoutError):
+                await client.lock(name, ttl=5).acquire(wait=0.5)
+
+        await asyncio.create_task(waiter())
+        t.cancel()
+        assert ticks >= 20, ticks
+        await holder.release()
+
+    run(redis, body)
+
+
+def test_cancelled_acquire_leaves_nothing(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        holder = await client.lock(name, ttl=5).acquire()
+        waiter = asyncio.create_task(client.lock(name, ttl=5).acquire())
+        await asyncio.sleep(0.1)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await holder.release()
+        await asyncio.sleep(0.2)
+        assert await client.inspect(name) is None  # the cancelled waiter took nothing
+        # Cancel in flight many times: no ghost hold may remain.
+        for _ in range(30):
+            t = asyncio.create_task(client.lock(name, ttl=5).acquire())
+            await asyncio.sleep(0)
+            t.cancel()
+            try:
+                held = await t
+                await held.release()
+            except asyncio.CancelledError:
+                pass
+        deadline = time.monotonic() + 2
+        while await client.inspect(name) is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert await client.inspect(name) is None
+
+    run(redis, body)
+
+
+def test_async_extend_and_expire(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        held = await client.lock(name, ttl=0.3).acquire()
+        await held.extend(1.0)
+        await asyncio.sleep(0.4)
+        assert held.state == "held"
+        await held.release()
+        short = await client.lock(name, ttl=0.2).acquire()
+        await asyncio.sleep(0.3)
+        assert short.lost
+        with pytest.raises(ferrolock.LostError):
+            await short.extend(1)
+
+    run(redis, body)
+
+
+def test_async_lost_lock(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        fired = threading.Event()
+        held = await client.lock(name, ttl=0.6, renew=True).acquire()
+        held.on_lost(lambda err: fired.set())
+        redis.command("DEL", hold_key(name))
+        deadline = time.monotonic() + 3
+        while not fired.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert fired.is_set() and held.lost
+        with pytest.raises(ferrolock.LostError):
+            held.ensure()
+
+    run(redis, body)
+
+
+def test_async_fences_increase(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name, ttl=5)
+        fences: List[int] = []
+
+        async def worker() -> None:
+            for _ in range(5):
+                async with lock as held:
+                    fences.append(held.fence)
+                    await asyncio.sleep(0.001)
+
+        await asyncio.gather(*(worker() for _ in range(4)))  # 4 tasks contend on one object
+        assert len(fences) == 20
+        assert all(a < b for a, b in zip(fences, fences[1:]))
+
+    run(redis, body)
+
+
+def test_async_decorator(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        inside = 0
+        peak = 0
+
+        @client.locked(name, ttl=5)
+        async def critical() -> None:
+            nonlocal inside, peak
+            inside += 1
+            peak = max(peak, inside)
+            await asyncio.sleep(0.01)
+            inside -= 1
+
+        await asyncio.gather(*(critical() for _ in range(5)))
+        assert peak == 1
+
+    run(redis, body)
+
+
+def test_sync_client_decorates_async_functions(redis: RedisServer, name: str) -> None:
+    client = ferrolock.Client.connect(redis.url)
+
+    @client.locked(name, ttl=5)
+    async def critical() -> int:
+        info = client.inspect(name)  # a blocking call is fine here: it is a test
+        return info.count if info else 0
+
+    assert asyncio.run(critical()) == 1

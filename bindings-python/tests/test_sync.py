@@ -1,0 +1,307 @@
+"""The shared behaviour scenarios with the sync API, against a real redis-server."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import Callable, List
+
+import pytest
+
+import ferrolock
+from conftest import RedisServer, hold_key
+
+
+@pytest.fixture
+def client(redis: RedisServer) -> ferrolock.Client:
+    return ferrolock.Client.connect(redis.url)
+
+
+def test_acquire_release_and_inspect(client: ferrolock.Client, name: str) -> None:
+    lock = client.lock(name, ttl=5)
+    with lock as held:
+        assert held.count == 1
+        assert held.state == "held" and not held.lost
+        assert 4 < held.remaining() <= 5
+        info = client.inspect(name)
+        assert info is not None and info.fence == held.fence and info.count == 1
+    assert held.state == "released"
+    assert held.remaining() == 0
+    assert client.inspect(name) is None
+
+
+def test_contend_between_clients(redis: RedisServer, client: ferrolock.Client, name: str) -> None:
+    other = ferrolock.Client.connect(redis.url)
+    held = client.lock(name, ttl=5).acquire()
+    rival = other.lock(name, ttl=5)
+    assert rival.try_acquire() is None
+    with pytest.raises(ferrolock.AcquireTimeoutError) as e:
+        rival.acquire(wait=0.2)
+    assert isinstance(e.value, TimeoutError) and e.value.code == 302
+    got: List[int] = []
+
+    def waiter() -> None:
+        with rival.acquire(wait=5) as h:
+            got.append(h.fence)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.1)
+    held.release()
+    t.join(5)
+    assert got and got[0] > held.fence  # woken by the release, with a higher fence
+
+
+def test_other_threads_contend_same_thread_reenters(client: ferrolock.Client, name: str) -> None:
+    lock = client.lock(name, ttl=5)
+    with lock as outer:
+        with lock as inner:  # same thread: re-entry, like threading.RLock
+            assert inner.count == 2 and inner.fence == outer.fence
+            info = client.inspect(name)
+            assert info is not None and info.count == 2
+        assert outer.count == 1
+        seen: List[object] = []
+        t = threading.Thread(target=lambda: seen.append(lock.try_acquire()))
+        t.start()
+        t.join()
+        assert seen == [None]  # another thread contends, never shares the hold
+    assert client.inspect(name) is None
+
+
+def test_release_from_another_thread_is_not_held_b8(client: ferrolock.Client, name: str) -> None:
+    lock = client.lock(name, ttl=5)
+    held = lock.acquire()
+    errors: List[BaseException] = []
+
+    def other() -> None:
+        for call in (lock.release, held.release):
+            try:
+                call()
+            except BaseException as e:  # noqa: BLE001 - collected for the asserts
+                errors.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert [type(e) for e in errors] == [ferrolock.NotHeldError, ferrolock.NotHeldError]
+    info = client.inspect(name)
+    assert info is not None and info.fence == held.fence  # nothing was deleted
+    held.release()
+
+
+def test_double_release_is_not_held(client: ferrolock.Client, name: str) -> None:
+    lock = client.lock(name, ttl=5)
+    held = lock.acquire()
+    held.release()
+    with pytest.raises(ferrolock.NotHeldError):
+        held.release()
+    with pytest.raises(ferrolock.NotHeldError):
+        lock.release()
+
+
+def test_expire_then_release_is_lost(redis: RedisServer, client: ferrolock.Client, name: str) -> None:
+    held = client.lock(name, ttl=0.3).acquire()
+    time.sleep(0.45)
+    assert held.state == "lost" and held.lost
+    with pytest.raises(ferrolock.LostError):
+        held.ensure()
+    other = ferrolock.Client.connect(redis.url).lock(name, ttl=5)
+    taken = other.acquire(wait=1)
+    with pytest.raises(ferrolock.LostError):
+        held.release()  # must not delete the new owner's hold
+    info = client.inspect(name)
+    assert info is not None and info.fence == taken.fence
+    taken.release()
+
+
+def test_extend(client: ferrolock.Client, name: str) -> None:
+    held = client.lock(name, ttl=0.5).acquire()
+    held.extend(timedelta(seconds=2))
+    assert held.remaining() > 1.5
+    time.sleep(0.7)
+    assert held.state == "held"
+    with pytest.raises(ferrolock.InvalidDurationError):
+        held.extend(-1)
+    held.release()
+    with pytest.raises(ferrolock.NotHeldError):
+        held.extend(1)
+
+
+def test_watchdog_keeps_the_lock(client: ferrolock.Client, name: str) -> None:
+    with client.lock(name, ttl=0.9, renew=True) as held:
+        time.sleep(2.0)  # more than two leases
+        held.ensure(0.1)
+        assert held.state == "held"
+
+
+def test_fences_strictly_increase(redis: RedisServer, client: ferrolock.Client, name: str) -> None:
+    other = ferrolock.Client.connect(redis.url)
+    fences = []
+    for i in range(20):
+        with (client if i % 2 else other).lock(name, ttl=5) as held:
+            fences.append(held.fence)
+    assert all(a < b for a, b in zip(fences, fences[1:])), fences
+    assert fences[0] > 2**50  # server-time floor: microseconds since the epoch
+
+
+def test_lost_lock_outsider_del(redis: RedisServer, client: ferrolock.Client, name: str,
+                                caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    fired = threading.Event()
+    got: List[BaseException] = []
+
+    def on_lost(err: ferrolock.LockError) -> None:
+        got.append(err)
+        fired.set()
+
+    held = client.lock(name, ttl=1.5, renew=True).acquire()  # renewed every 0.5 s
+    held.on_lost(on_lost)
+    assert redis.command("DEL", hold_key(name)).startswith(b":1")
+    t0 = time.monotonic()
+    assert fired.wait(3), "on_lost did not fire"
+    # Found by the next renewal ("not owner"), well before the local deadline would have said so.
+    assert time.monotonic() - t0 < 1.2
+    assert held.state == "lost" and held.lost
+    assert isinstance(got[0], ferrolock.LostError)
+    with pytest.raises(ferrolock.LostError):
+        held.ensure()
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and not any("lost" in r.getMessage() for r in caplog.records):
+        time.sleep(0.02)
+    assert any(r.name == "ferrolock" and r.levelno == logging.WARNING and "lost" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_on_lost_exception_is_logged(redis: RedisServer, client: ferrolock.Client, name: str,
+                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="ferrolock")
+    held = client.lock(name, ttl=0.3, renew=False).acquire()
+
+    def boom(err: ferrolock.LockError) -> None:
+        raise ValueError("callback failure")
+
+    held.on_lost(boom)
+    time.sleep(0.5)
+    assert held.lost
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and not caplog.records:
+        time.sleep(0.02)
+    assert any("on_lost" in r.getMessage() and r.exc_info for r in caplog.records)
+    # The library keeps working after a callback raised.
+    with client.lock(name, ttl=1) as again:
+        assert again.fence > held.fence
+
+
+def test_gil_released_while_waiting(client: ferrolock.Client, name: str) -> None:
+    holder = client.lock(name, ttl=5).acquire()
+    done = threading.Event()
+
+    def waiter() -> None:
+        try:
+            client.lock(name, ttl=5).acquire(wait=1.0)
+        except ferrolock.AcquireTimeoutError:
+            pass
+        done.set()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)
+    counter = 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 0.5:
+        counter += 1
+    assert not done.is_set(), "the waiter should still be waiting"
+    # With the GIL held by the waiter this thread would barely run (switch interval aside).
+    assert counter > 100_000, counter
+    t.join()
+    holder.release()
+
+
+def test_wait_zero_is_one_attempt(client: ferrolock.Client, name: str) -> None:
+    with client.lock(name, ttl=5):
+        rival = client.lock(name, ttl=5)  # another Lock object: another owner, even here
+        t0 = time.monotonic()
+        with pytest.raises(ferrolock.AcquireTimeoutError):
+            rival.acquire(wait=0)
+        assert time.monotonic() - t0 < 1
+
+
+def test_decorator_sync(client: ferrolock.Client, name: str) -> None:
+    depths: List[int] = []
+
+    @client.locked(name, ttl=5)
+    def recurse(n: int) -> int:
+        info = client.inspect(name)
+        depths.append(info.count if info else 0)
+        return n if n == 0 else recurse(n - 1)
+
+    assert recurse.__name__ == "recurse"
+    assert recurse(2) == 0
+    assert depths == [1, 2, 3]
+    assert client.inspect(name) is None
+
+
+def test_bytes_and_binary_names(client: ferrolock.Client) -> None:
+    raw = b"bin\x00\xff{}\r\n name"
+    with client.lock(raw, ttl=5) as held:
+        info = client.inspect(raw)
+        assert info is not None and info.fence == held.fence
+        assert held.name == raw
+
+
+def test_renewal_failure_is_in_doubt_and_logged(servers: List[RedisServer], name: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    import os
+    import signal
+
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    srv = RedisServer()
+    servers.append(srv)
+    client = ferrolock.Client.connect(srv.url, response_timeout=0.1)
+    held = client.lock(name, ttl=1.5, renew=True).acquire()  # renewed every 0.5 s
+    os.kill(srv.proc.pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 1.2
+        while held.state == "held" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert held.state == "in_doubt"  # a renewal timed out; the local deadline has not passed
+    finally:
+        os.kill(srv.proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 2
+    while held.state != "held" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert held.state == "held"  # the next renewal succeeded
+    assert any(r.name == "ferrolock" and "renewal" in r.getMessage() for r in caplog.records)
+    held.release()
+
+
+def _hammer(critical: Callable[[], None], threads: int = 4, rounds: int = 25) -> None:
+    ts = [threading.Thread(target=lambda: [critical() for _ in range(rounds)]) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+def test_one_lock_object_serialises_threads_with_control(client: ferrolock.Client, name: str) -> None:
+    state = {"n": 0}
+
+    def unsafe_increment() -> None:
+        v = state["n"]
+        time.sleep(0.001)
+        state["n"] = v + 1
+
+    _hammer(unsafe_increment)
+    assert state["n"] < 100, "control: without the lock updates must get lost"
+
+    state["n"] = 0
+    lock = client.lock(name, ttl=5)
+
+    def locked_increment() -> None:
+        with lock:
+            unsafe_increment()
+
+    _hammer(locked_increment)
+    assert state["n"] == 100

@@ -1,0 +1,809 @@
+//! The checker: written once, independent of the library under test. It reads only files in a
+//! run directory and imports nothing from ferrolock:
+//!
+//! - `run.json`: the run's configuration (written by the orchestrator);
+//! - `history-*.jsonl`: the clients' histories (format: [`crate::history`]);
+//! - `resource.jsonl`: the fenced resource's log, in the order it applied operations;
+//! - `probe.jsonl`, `monitor.jsonl`: observations of the masters ([`crate::probe`]);
+//! - `nemesis.jsonl`: the faults injected (`{"t_mono_ns","fault","action","pid",...}`);
+//! - `clients.jsonl`: how each client process ended.
+//!
+//! It computes the figures of RELIABILITY.md and the pass/fail criteria of issue 9. An
+//! indeterminate outcome (`info`) counts as "may have happened": an `info` acquire has no known
+//! fence and never proves a violation; an `info` release leaves the hold open until its lease.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+const MS: f64 = 1_000_000.0;
+
+/// One history line.
+#[derive(Clone, Debug, Default)]
+pub struct Ev {
+    pub process: String,
+    pub pid: u64,
+    pub lang: String,
+    pub op: String,
+    pub ty: String,
+    pub fence: Option<u64>,
+    pub validity_ms: Option<f64>,
+    pub t: u64,
+    pub error: Option<String>,
+    pub message: Option<String>,
+    pub deadline_ns: Option<u64>,
+}
+
+/// One critical section: from an `ok` acquire to the release (or the process's end).
+#[derive(Clone, Debug, Default)]
+pub struct Cs {
+    pub process: String,
+    pub lang: String,
+    pub pid: u64,
+    pub fence: u64,
+    pub t_inv: u64,
+    pub t_ok: u64,
+    pub validity_ms: f64,
+    /// Believed expiry (CLOCK_MONOTONIC ns), updated by `deadline` events (renewals).
+    pub deadlines: Vec<(u64, u64)>,
+    pub lost_t: Option<u64>,
+    /// Release invoked (or the process's last event / kill time when it never released).
+    pub t_end: u64,
+    pub rel_ty: Option<String>,
+    pub rel_t: Option<u64>,
+    pub crashed: bool,
+}
+
+/// A resource log line.
+#[derive(Clone, Debug, Default)]
+pub struct ResOp {
+    pub t: u64,
+    pub client: String,
+    pub op: String,
+    pub fence: u64,
+    pub accepted: bool,
+    pub value: i64,
+}
+
+fn read_lines(path: &Path) -> Vec<Value> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Vec::new() };
+    // A line cut by kill -9 is skipped (it is the last one of its file).
+    text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+fn u(v: &Value, k: &str) -> Option<u64> {
+    v.get(k).and_then(|x| x.as_u64().or_else(|| x.as_f64().map(|f| f as u64)))
+}
+
+fn s(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(|x| x.as_str()).map(str::to_owned)
+}
+
+pub fn parse_event(v: &Value) -> Option<Ev> {
+    Some(Ev {
+        process: s(v, "process")?,
+        pid: u(v, "pid").unwrap_or(0),
+        lang: s(v, "lang").unwrap_or_default(),
+        op: s(v, "op")?,
+        ty: s(v, "type")?,
+        fence: u(v, "fence"),
+        validity_ms: v.get("validity_ms").and_then(Value::as_f64),
+        t: u(v, "t_mono_ns")?,
+        error: s(v, "error"),
+        message: s(v, "message"),
+        deadline_ns: u(v, "deadline_ns"),
+    })
+}
+
+fn pct(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Critical sections of every process, from the histories.
+pub fn critical_sections(events: &[Ev], kills: &HashMap<u64, u64>) -> Vec<Cs> {
+    let mut by_proc: BTreeMap<&str, Vec<&Ev>> = BTreeMap::new();
+    for e in events {
+        by_proc.entry(&e.process).or_default().push(e);
+    }
+    let mut out = Vec::new();
+    for evs in by_proc.values_mut() {
+        evs.sort_by_key(|e| e.t);
+        let mut open: Option<Cs> = None;
+        let mut last_inv = 0;
+        let last_t = evs.last().map_or(0, |e| e.t);
+        for e in evs.iter() {
+            match (e.op.as_str(), e.ty.as_str()) {
+                ("acquire", "invoke") => last_inv = e.t,
+                ("acquire", "ok") => {
+                    if let Some(mut c) = open.take() {
+                        c.t_end = c.t_end.max(c.t_ok);
+                        out.push(c);
+                    }
+                    let v = e.validity_ms.unwrap_or(0.0);
+                    open = Some(Cs {
+                        process: e.process.clone(),
+                        lang: e.lang.clone(),
+                        pid: e.pid,
+                        fence: e.fence.unwrap_or(0),
+                        t_inv: last_inv,
+                        t_ok: e.t,
+                        validity_ms: v,
+                        deadlines: vec![(e.t, e.deadline_ns.unwrap_or(e.t + (v * MS) as u64))],
+                        t_end: 0,
+                        ..Cs::default()
+                    });
+                }
+                ("deadline", _) => {
+                    if let (Some(c), Some(d)) = (open.as_mut(), e.deadline_ns)
+                        && e.fence.is_none_or(|f| f == c.fence)
+                    {
+                        c.deadlines.push((e.t, d));
+                    }
+                }
+                ("lost", _) => {
+                    // The notification may arrive after the release was invoked; attach by fence.
+                    let target = open.as_mut().filter(|c| e.fence.is_none_or(|f| f == c.fence));
+                    if let Some(c) = target {
+                        c.lost_t.get_or_insert(e.t);
+                    } else if let Some(c) =
+                        out.iter_mut().rev().find(|c| c.process == e.process && Some(c.fence) == e.fence)
+                    {
+                        c.lost_t.get_or_insert(e.t);
+                    }
+                }
+                ("release", "invoke") => {
+                    if let Some(c) = open.as_mut()
+                        && c.t_end == 0
+                    {
+                        c.t_end = e.t;
+                    }
+                }
+                ("release", ty) => {
+                    if let Some(mut c) = open.take() {
+                        if c.t_end == 0 {
+                            c.t_end = e.t;
+                        }
+                        c.rel_ty = Some(ty.to_owned());
+                        c.rel_t = Some(e.t);
+                        out.push(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(mut c) = open.take() {
+            // Never released: the process ended or was killed while holding.
+            c.crashed = true;
+            let end = kills.get(&c.pid).copied().unwrap_or(last_t);
+            if c.t_end == 0 {
+                c.t_end = end.max(c.t_ok);
+            }
+            out.push(c);
+        }
+    }
+    out.sort_by_key(|c| (c.t_ok, c.fence));
+    out
+}
+
+/// Resource-side violations.
+#[derive(Debug, Default)]
+pub struct ResourceFindings {
+    pub accepted_writes: u64,
+    pub final_value: i64,
+    pub lost_updates: i64,
+    pub fence_order_violations: u64,
+    pub interleavings: u64,
+    pub rejected: u64,
+    /// (client, fence) pairs that had an op rejected / a violating accepted op.
+    pub rejected_by: HashSet<(String, u64)>,
+    pub violating: HashSet<(String, u64)>,
+}
+
+pub fn check_resource(ops: &[ResOp]) -> ResourceFindings {
+    let mut f = ResourceFindings::default();
+    let mut highest = 0u64;
+    // Per client: the accepted read that opened its current read-modify-write, and the index of
+    // the resource op at that time.
+    let mut open_read: HashMap<&str, (u64, usize)> = HashMap::new();
+    let mut last_other: Vec<(usize, &str, u64)> = Vec::new(); // (index, client, fence) of accepted ops
+    for (i, op) in ops.iter().enumerate() {
+        if !op.accepted {
+            f.rejected += 1;
+            f.rejected_by.insert((op.client.clone(), op.fence));
+            if op.op == "write" {
+                open_read.remove(op.client.as_str());
+            }
+            continue;
+        }
+        if op.fence < highest {
+            f.fence_order_violations += 1;
+            f.violating.insert((op.client.clone(), op.fence));
+        }
+        highest = highest.max(op.fence);
+        if op.op == "read" {
+            open_read.insert(&op.client, (op.fence, i));
+        } else {
+            f.accepted_writes += 1;
+            f.final_value = op.value;
+            if let Some((rf, ri)) = open_read.remove(op.client.as_str()) {
+                // Any accepted op of another holder between this read and this write?
+                let foreign = last_other
+                    .iter()
+                    .rev()
+                    .take_while(|(j, _, _)| *j > ri)
+                    .any(|(_, c, fe)| *c != op.client || *fe != rf);
+                if foreign || rf != op.fence {
+                    f.interleavings += 1;
+                    f.violating.insert((op.client.clone(), op.fence));
+                }
+            }
+        }
+        last_other.push((i, &op.client, op.fence));
+    }
+    f.lost_updates = f.accepted_writes as i64 - f.final_value;
+    f
+}
+
+/// W5: the lock history alone against a fenced-mutex model. Grants are ordered by fence; each
+/// operation needs a linearization point inside its [invoke, completion] interval, in the order
+/// acquire(f1) release(f1) acquire(f2) ... Greedy earliest points decide it exactly.
+pub fn fenced_mutex_linearizable(cs: &[Cs]) -> Result<(), String> {
+    let mut v: Vec<&Cs> = cs.iter().collect();
+    v.sort_by_key(|c| c.fence);
+    let mut point = 0u64;
+    for c in v {
+        let p = point.max(c.t_inv);
+        if p > c.t_ok {
+            return Err(format!(
+                "acquire of fence {} by {} completed at {} before the previous hold could be released (earliest point {})",
+                c.fence, c.process, c.t_ok, p
+            ));
+        }
+        point = p;
+        // The release (or the lease's end for a crashed/lost holder) comes after the grant.
+        let (r_inv, r_done) = match (c.rel_ty.as_deref(), c.rel_t) {
+            (Some("ok"), Some(t)) => (c.t_end, t),
+            _ => (c.t_ok, c.rel_t.unwrap_or(u64::MAX).max(c.t_end)),
+        };
+        let p = point.max(r_inv);
+        if p > r_done {
+            return Err(format!("release of fence {} by {} cannot follow its grant", c.fence, c.process));
+        }
+        point = p;
+    }
+    Ok(())
+}
+
+/// Probe observation.
+#[derive(Clone, Debug)]
+struct Obs {
+    node: u64,
+    t_send: u64,
+    t_recv: u64,
+    fence: Option<u64>,
+    pttl: i64,
+}
+
+/// Everything the checker concludes about one run directory.
+pub fn check_run(dir: &Path) -> Value {
+    let cfg: Value = std::fs::read_to_string(dir.join("run.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    let fenced = cfg.get("fenced").and_then(Value::as_bool).unwrap_or(true);
+    let control = !fenced;
+    let ttl_ms = cfg.get("ttl_ms").and_then(Value::as_f64).unwrap_or(1000.0);
+    let masters = u(&cfg, "masters").unwrap_or(1);
+    let quorum = u(&cfg, "quorum").unwrap_or(1);
+    let expect_no_overlap = cfg.get("expect_no_overlap").and_then(Value::as_bool).unwrap_or(false);
+    let long_pauses = cfg.get("long_pauses").and_then(Value::as_bool).unwrap_or(true);
+    let fault_free = cfg.get("fault_free").and_then(Value::as_bool).unwrap_or(false);
+    let duration_s = cfg.get("duration_s").and_then(Value::as_f64).unwrap_or(1.0).max(0.001);
+
+    // Histories.
+    let mut events = Vec::new();
+    let mut garbage = 0u64;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        let mut files: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        files.sort();
+        for p in files {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.starts_with("history-") && name.ends_with(".jsonl") {
+                for v in read_lines(&p) {
+                    match parse_event(&v) {
+                        Some(e) => events.push(e),
+                        None => garbage += 1,
+                    }
+                }
+            }
+        }
+    }
+    let nemesis = read_lines(&dir.join("nemesis.jsonl"));
+    let kills: HashMap<u64, u64> = nemesis
+        .iter()
+        .filter(|n| s(n, "fault").as_deref() == Some("kill_holder"))
+        .filter_map(|n| Some((u(n, "pid")?, u(n, "t_mono_ns")?)))
+        .collect();
+    let cs = critical_sections(&events, &kills);
+
+    // Acquisitions per language.
+    let mut per_lang: BTreeMap<String, [u64; 3]> = BTreeMap::new();
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    let mut noscript = 0u64;
+    let mut reentry_fence_mismatch = 0u64;
+    let mut over_release_ok = 0u64;
+    for e in &events {
+        if e.op == "acquire" {
+            let slot = match e.ty.as_str() {
+                "ok" => 0,
+                "fail" => 1,
+                "info" => 2,
+                _ => continue,
+            };
+            per_lang.entry(e.lang.clone()).or_default()[slot] += 1;
+        }
+        if let Some(err) = &e.error {
+            *errors.entry(format!("{}:{}", e.op, err)).or_default() += 1;
+        }
+        let text = format!("{} {}", e.error.as_deref().unwrap_or(""), e.message.as_deref().unwrap_or(""));
+        if text.to_ascii_uppercase().contains("NOSCRIPT") {
+            noscript += 1;
+        }
+        if e.op == "reenter" && e.ty == "ok" {
+            // A nested acquire after the outer hold was lost is a fresh grant (new fence). The
+            // loss may be found by that very acquire (the server lost the hold, e.g. a restart
+            // without persistence, before the watchdog noticed): the client then reports it as
+            // the nested grant returns, so its report may come just after. A new fence is a
+            // violation only when the outer hold's loss is never reported (a silent change).
+            let holder = cs.iter().rev().find(|c| c.process == e.process && c.t_ok <= e.t);
+            if holder.is_some_and(|c| Some(c.fence) != e.fence && c.lost_t.is_none()) {
+                reentry_fence_mismatch += 1;
+            }
+        }
+        if e.op == "over_release" && e.ty == "ok" {
+            over_release_ok += 1;
+        }
+    }
+    let acquisitions: u64 = per_lang.values().map(|v| v[0]).sum();
+    let failed: u64 = per_lang.values().map(|v| v[1]).sum();
+    let indeterminate: u64 = per_lang.values().map(|v| v[2]).sum();
+
+    // Overlaps (double holders in real time).
+    // A double grant is an overlap where the earlier holder was still within its believed
+    // deadline and not told it was LOST when the other acquired (a lease lock's promise);
+    // an overlap after the holder's deadline is the case only fencing can catch.
+    let mut overlapping: Vec<usize> = Vec::new();
+    let mut double_grants = 0u64;
+    for (i, a) in cs.iter().enumerate() {
+        let Some(b) = cs[i + 1..]
+            .iter()
+            .take_while(|b| b.t_ok < a.t_end)
+            .find(|b| b.fence > a.fence && b.t_ok > a.t_ok)
+        else {
+            continue;
+        };
+        overlapping.push(i);
+        let believed = a.deadlines.iter().filter(|(at, _)| *at <= b.t_ok).map(|(_, d)| *d).max().unwrap_or(0);
+        if b.t_ok < believed && a.lost_t.is_none_or(|l| l > b.t_ok) {
+            double_grants += 1;
+        }
+    }
+
+    // Resource.
+    let res_ops: Vec<ResOp> = read_lines(&dir.join("resource.jsonl"))
+        .iter()
+        .filter_map(|v| {
+            Some(ResOp {
+                t: u(v, "t_mono_ns")?,
+                client: s(v, "client")?,
+                op: s(v, "op")?,
+                fence: u(v, "fence")?,
+                accepted: v.get("accepted")?.as_bool()?,
+                value: v.get("value").and_then(Value::as_i64).unwrap_or(0),
+            })
+        })
+        .collect();
+    let rf = check_resource(&res_ops);
+    let undetected = rf.lost_updates.max(0) as u64 + rf.fence_order_violations + rf.interleavings;
+    let (mut prevented, mut harmless, mut undetected_cs) = (0u64, 0u64, 0u64);
+    for &i in &overlapping {
+        let key = (cs[i].process.clone(), cs[i].fence);
+        if rf.violating.contains(&key) {
+            undetected_cs += 1;
+        } else if rf.rejected_by.contains(&key) {
+            prevented += 1;
+        } else {
+            harmless += 1;
+        }
+    }
+
+    // Fences.
+    let mut seen: HashMap<u64, usize> = HashMap::new();
+    for c in &cs {
+        *seen.entry(c.fence).or_default() += 1;
+    }
+    let duplicates: u64 = seen.values().filter(|&&n| n > 1).map(|&n| n as u64 - 1).sum();
+    let mut inversions = 0u64;
+    let mut maxf = 0u64;
+    for c in &cs {
+        if c.fence < maxf {
+            inversions += 1;
+        }
+        maxf = maxf.max(c.fence);
+    }
+
+    // Validity at grant.
+    let validity = sorted(cs.iter().map(|c| c.validity_ms).collect());
+    let min_validity = validity.first().copied();
+
+    // Probe: validity error (single master: the grant's fence is the hold's fence field).
+    let probes: Vec<Obs> = read_lines(&dir.join("probe.jsonl"))
+        .iter()
+        .filter_map(|v| {
+            Some(Obs {
+                node: u(v, "node")?,
+                t_send: u(v, "t_send")?,
+                t_recv: u(v, "t_recv")?,
+                fence: u(v, "fence"),
+                pttl: v.get("pttl")?.as_i64()?,
+            })
+        })
+        .collect();
+    let mut probes = probes;
+    probes.sort_by_key(|o| (o.t_send, o.node));
+    let mut validity_err: Vec<f64> = Vec::new();
+    let mut key_gone_while_held: HashSet<usize> = HashSet::new();
+    if masters == 1 {
+        let mut first_seen: HashMap<u64, &Obs> = HashMap::new();
+        for o in &probes {
+            if let Some(f) = o.fence {
+                first_seen.entry(f).or_insert(o);
+            }
+        }
+        for (i, c) in cs.iter().enumerate() {
+            if let Some(o) = first_seen.get(&c.fence)
+                && o.pttl >= 0
+                && o.t_send >= c.t_inv
+            {
+                // Latest possible real expiry: read at t_recv, PTTL rounded down by < 1 ms.
+                let real_max = o.t_recv as f64 + (o.pttl as f64 + 1.0) * MS;
+                validity_err.push((c.deadlines[0].1 as f64 - real_max) / MS);
+            }
+            // Ground truth of a lost hold: the key was seen gone or owned by another fence after
+            // the grant and before the holder invoked its release.
+            let from = probes.partition_point(|o| o.t_send <= c.t_ok);
+            if probes[from..].iter().take_while(|o| o.t_recv < c.t_end).any(|o| o.fence != Some(c.fence)) {
+                key_gone_while_held.insert(i);
+            }
+        }
+    }
+    let validity_err = sorted(validity_err);
+
+    // Lost-lock notifications.
+    let stops: Vec<(u64, u64, &str)> = nemesis
+        .iter()
+        .filter_map(|n| Some((u(n, "pid")?, u(n, "t_mono_ns")?, n.get("action")?.as_str()?)))
+        .collect();
+    let truth: HashSet<usize> =
+        overlapping.iter().copied().chain(key_gone_while_held.iter().copied()).collect();
+    let truth_alive: Vec<usize> = truth.iter().copied().filter(|&i| !cs[i].crashed).collect();
+    let notified = truth_alive.iter().filter(|&&i| cs[i].lost_t.is_some()).count();
+    let missed: Vec<Value> = truth_alive
+        .iter()
+        .filter(|&&i| cs[i].lost_t.is_none())
+        .map(|&i| json!({"process": cs[i].process, "fence": cs[i].fence, "t_ok": cs[i].t_ok, "t_end": cs[i].t_end}))
+        .take(10)
+        .collect();
+    let mut latency: Vec<f64> = Vec::new();
+    for &i in &truth_alive {
+        let c = &cs[i];
+        let Some(t) = c.lost_t else { continue };
+        let deadline = c.deadlines.iter().filter(|(at, _)| *at <= t).map(|(_, d)| *d).max().unwrap_or(c.t_ok);
+        let resumed = stops
+            .iter()
+            .filter(|(pid, at, act)| *pid == c.pid && *act == "cont" && *at <= t)
+            .map(|(_, at, _)| *at)
+            .max()
+            .unwrap_or(0);
+        latency.push((t as f64 - deadline.max(resumed) as f64) / MS);
+    }
+    let latency = sorted(latency);
+    let false_pos = cs.iter().enumerate().filter(|(i, c)| c.lost_t.is_some() && !truth.contains(i)).count();
+    let recall = if truth_alive.is_empty() { 1.0 } else { notified as f64 / truth_alive.len() as f64 };
+
+    // Renewals after release (MONITOR), by the shapes of docs/PROTOCOL.md.
+    let mut state: HashMap<(u64, String, String), bool> = HashMap::new(); // true = released
+    let mut renew_after_release = 0u64;
+    let mut renew_examples = Vec::new();
+    for m in read_lines(&dir.join("monitor.jsonl")) {
+        let node = u(&m, "node").unwrap_or(0);
+        let args: Vec<String> = m
+            .get("args")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        if args.len() < 3 {
+            continue;
+        }
+        let nkeys: usize = args[2].parse().unwrap_or(99);
+        let rest = &args[3.min(args.len())..];
+        if rest.len() < nkeys {
+            continue;
+        }
+        let (keys, argv) = rest.split_at(nkeys);
+        match (nkeys, argv.len()) {
+            (2, 4) => {
+                state.insert((node, keys[0].clone(), argv[0].clone()), false);
+            }
+            (1, 3) if argv[2] == "0" => {
+                state.insert((node, keys[0].clone(), argv[0].clone()), true);
+            }
+            (1, 2) if state.get(&(node, keys[0].clone(), argv[0].clone())) == Some(&true) => {
+                renew_after_release += 1;
+                if renew_examples.len() < 5 {
+                    renew_examples
+                        .push(json!({"node": node, "key": keys[0], "t_mono_ns": u(&m, "t_mono_ns")}));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // Leaked locks: holder killed → the lock free again (fewer than a quorum of masters hold it).
+    let mut leaked: Vec<f64> = Vec::new();
+    for n in nemesis.iter().filter(|n| s(n, "fault").as_deref() == Some("kill_holder")) {
+        let Some(t_kill) = u(n, "t_mono_ns") else { continue };
+        let mut free_at = Vec::new();
+        for node in 0..masters {
+            let obs: Vec<&Obs> = probes.iter().filter(|o| o.node == node).collect();
+            let Some(at_kill) = obs.iter().rev().find(|o| o.t_recv <= t_kill) else { continue };
+            let Some(f) = at_kill.fence else { continue };
+            if let Some(o) = obs.iter().find(|o| o.t_send > t_kill && o.fence != Some(f)) {
+                free_at.push(o.t_recv);
+            }
+        }
+        free_at.sort_unstable();
+        let holding = free_at.len() as u64;
+        if holding >= quorum {
+            let idx = (holding - quorum) as usize;
+            leaked.push((free_at[idx] as f64 - t_kill as f64) / MS);
+        }
+    }
+    let leaked = sorted(leaked);
+
+    // Handoff latency.
+    let mut handoff = Vec::new();
+    let mut handoff_crash = Vec::new();
+    for w in cs.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        let rel = match (a.rel_ty.as_deref(), a.rel_t) {
+            (Some("ok"), Some(t)) => t,
+            _ => u64::MAX,
+        };
+        let expiry = a.t_ok + (a.validity_ms * MS) as u64;
+        let from = rel.min(expiry);
+        let h = (b.t_ok.saturating_sub(from)) as f64 / MS;
+        if a.crashed { handoff_crash.push(h) } else { handoff.push(h) }
+    }
+    let handoff = sorted(handoff);
+
+    // W5.
+    let w5 = if long_pauses {
+        Value::String("not applicable (pauses longer than validity)".into())
+    } else {
+        match fenced_mutex_linearizable(&cs) {
+            Ok(()) => Value::String("pass".into()),
+            Err(e) => Value::String(format!("FAIL: {e}")),
+        }
+    };
+
+    // Clients.
+    let clients = read_lines(&dir.join("clients.jsonl"));
+    let crashed_clients: Vec<Value> = clients
+        .iter()
+        .filter(|c| {
+            !c.get("ok").and_then(Value::as_bool).unwrap_or(false)
+                && !c.get("killed_by_nemesis").and_then(Value::as_bool).unwrap_or(false)
+        })
+        .cloned()
+        .collect();
+
+    let throughput: BTreeMap<String, f64> =
+        per_lang.iter().map(|(l, v)| (l.clone(), round(v[0] as f64 / duration_s))).collect();
+    let per_lang_json: BTreeMap<String, Value> =
+        per_lang.iter().map(|(l, v)| (l.clone(), json!({"ok": v[0], "fail": v[1], "info": v[2]}))).collect();
+
+    let figures = json!({
+        "acquisitions": acquisitions,
+        "failed_acquires": failed,
+        "indeterminate_acquires": indeterminate,
+        "per_language": per_lang_json,
+        "critical_sections": cs.len(),
+        "overlapping_cs": overlapping.len(),
+        "double_grants": double_grants,
+        "overlaps_prevented": prevented,
+        "overlaps_harmless": harmless,
+        "overlaps_undetected_cs": undetected_cs,
+        "undetected_overlaps": undetected,
+        "lost_updates": rf.lost_updates,
+        "fence_order_violations": rf.fence_order_violations,
+        "interleavings": rf.interleavings,
+        "resource_rejected": rf.rejected,
+        "resource_accepted_writes": rf.accepted_writes,
+        "counter_final": rf.final_value,
+        "fence_duplicates": duplicates,
+        "fence_inversions": inversions,
+        "validity_at_grant_ms": {"min": min_validity.map(round), "p1": pct(&validity, 1.0).map(round)},
+        "validity_error_ms": {"max": validity_err.last().copied().map(round), "p50": pct(&validity_err, 50.0).map(round), "samples": validity_err.len()},
+        "lost_notifications": {
+            "ground_truth": truth_alive.len(), "notified": notified, "recall": round(recall),
+            "latency_ms_p50": pct(&latency, 50.0).map(round), "latency_ms_max": latency.last().copied().map(round),
+            "false_positives": false_pos,
+            "false_positive_rate": round(false_pos as f64 / cs.len().max(1) as f64),
+            "missed_examples": missed,
+        },
+        "renewals_after_release": renew_after_release,
+        "renewals_after_release_examples": renew_examples,
+        "leaked_lock_ms": {"kills": leaked.len(), "max": leaked.last().copied().map(round), "p50": pct(&leaked, 50.0).map(round)},
+        "handoff_ms": {"p50": pct(&handoff, 50.0).map(round), "p99": pct(&handoff, 99.0).map(round), "max": handoff.last().copied().map(round),
+                       "after_crash_max": sorted(handoff_crash).last().copied().map(round)},
+        "w5_fenced_mutex": w5,
+        "throughput_per_s": throughput,
+        "errors": errors,
+        "noscript_errors": noscript,
+        "reentry_fence_mismatch": reentry_fence_mismatch,
+        "over_release_accepted": over_release_ok,
+        "unparseable_history_lines": garbage,
+        "client_failures": crashed_clients,
+    });
+
+    // Criteria (issue 9 "must hold"; timing figures are reported, not asserted).
+    let mut crit: Vec<(String, bool, String)> = Vec::new();
+    let mut add = |name: &str, ok: bool, detail: String| crit.push((name.to_owned(), ok, detail));
+    add("histories present", acquisitions > 0, format!("{acquisitions} ok acquires"));
+    if control {
+        add("control shows violations (undetected overlaps > 0)", undetected > 0, format!("{undetected}"));
+    } else {
+        add(
+            "undetected overlaps = 0",
+            undetected == 0,
+            format!(
+                "{undetected} (lost updates {}, fence-order {}, interleavings {})",
+                rf.lost_updates, rf.fence_order_violations, rf.interleavings
+            ),
+        );
+        add(
+            "overlaps prevented or harmless = overlapping CS",
+            undetected_cs == 0,
+            format!("{} overlapping, {prevented} prevented, {harmless} harmless", overlapping.len()),
+        );
+    }
+    if expect_no_overlap {
+        add(
+            "no double grants (overlapping CS = 0)",
+            overlapping.is_empty(),
+            format!("{}", overlapping.len()),
+        );
+    }
+    add("fence duplicates = 0", duplicates == 0, format!("{duplicates}"));
+    if let Some(m) = min_validity {
+        add("min validity at grant > 0", m > 0.0, format!("{m:.3} ms"));
+    }
+    if let Some(m) = validity_err.last() {
+        add("validity error <= 0 (client conservative)", *m <= 0.0, format!("max {m:.3} ms"));
+    }
+    add("lost-lock recall 100%", recall >= 1.0, format!("{notified}/{}", truth_alive.len()));
+    if fault_free {
+        add(
+            "lost-lock false positives <= 0.1%",
+            (false_pos as f64) <= 0.001 * cs.len() as f64,
+            format!("{false_pos}"),
+        );
+    }
+    add("renewals after release = 0", renew_after_release == 0, format!("{renew_after_release}"));
+    if let Some(m) = leaked.last() {
+        add("leaked-lock time <= TTL + 100 ms", *m <= ttl_ms + 100.0, format!("max {m:.1} ms"));
+    }
+    if !long_pauses {
+        add("W5 fenced-mutex linearizable", w5 == "pass", w5.as_str().unwrap_or("").to_owned());
+    }
+    add("0 user-visible NOSCRIPT errors", noscript == 0, format!("{noscript}"));
+    add("re-entry keeps the fence", reentry_fence_mismatch == 0, format!("{reentry_fence_mismatch}"));
+    add("over-release never succeeds", over_release_ok == 0, format!("{over_release_ok}"));
+    add("no client crashed", crashed_clients.is_empty(), format!("{}", crashed_clients.len()));
+    add("history lines parse", garbage == 0, format!("{garbage}"));
+    let pass = crit.iter().all(|c| c.1);
+    json!({
+        "figures": figures,
+        "criteria": crit.iter().map(|(n, ok, d)| json!({"name": n, "pass": ok, "detail": d})).collect::<Vec<_>>(),
+        "pass": pass,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(t: u64, client: &str, op: &str, fence: u64, accepted: bool, value: i64) -> ResOp {
+        ResOp { t, client: client.into(), op: op.into(), fence, accepted, value }
+    }
+
+    #[test]
+    fn resource_clean_sequence_has_no_violation() {
+        let ops = [
+            op(1, "a", "read", 10, true, 0),
+            op(2, "a", "write", 10, true, 1),
+            op(3, "b", "read", 11, true, 1),
+            op(4, "b", "write", 11, true, 2),
+        ];
+        let f = check_resource(&ops);
+        assert_eq!((f.lost_updates, f.fence_order_violations, f.interleavings), (0, 0, 0));
+    }
+
+    #[test]
+    fn resource_finds_a_lost_update_and_interleaving() {
+        // a reads, pauses; b reads+writes; a writes its stale value (control: accepted).
+        let ops = [
+            op(1, "a", "read", 10, true, 0),
+            op(2, "b", "read", 11, true, 0),
+            op(3, "b", "write", 11, true, 1),
+            op(4, "a", "write", 10, true, 1),
+        ];
+        let f = check_resource(&ops);
+        assert_eq!(f.lost_updates, 1);
+        assert_eq!(f.fence_order_violations, 1);
+        assert_eq!(f.interleavings, 1);
+    }
+
+    #[test]
+    fn resource_rejection_prevents() {
+        let ops = [
+            op(1, "a", "read", 10, true, 0),
+            op(2, "b", "read", 11, true, 0),
+            op(3, "b", "write", 11, true, 1),
+            op(4, "a", "write", 10, false, 1),
+        ];
+        let f = check_resource(&ops);
+        assert_eq!((f.lost_updates, f.fence_order_violations, f.interleavings, f.rejected), (0, 0, 0, 1));
+        assert!(f.rejected_by.contains(&("a".to_owned(), 10)));
+    }
+
+    fn cs(p: &str, fence: u64, inv: u64, ok: u64, end: u64, rel: u64) -> Cs {
+        Cs {
+            process: p.into(),
+            fence,
+            t_inv: inv,
+            t_ok: ok,
+            t_end: end,
+            rel_ty: Some("ok".into()),
+            rel_t: Some(rel),
+            ..Cs::default()
+        }
+    }
+
+    #[test]
+    fn w5_accepts_a_mutex_history_and_rejects_overlap() {
+        let good = [cs("a", 1, 0, 10, 20, 25), cs("b", 2, 5, 30, 40, 45)];
+        assert!(fenced_mutex_linearizable(&good).is_ok());
+        // b's grant completed before a even invoked its release: two holders.
+        let bad = [cs("a", 1, 0, 10, 50, 55), cs("b", 2, 5, 30, 40, 45)];
+        assert!(fenced_mutex_linearizable(&bad).is_err());
+        // Fence order against real-time order: f=2 granted (completed) before f=1 was invoked.
+        let inv = [cs("a", 2, 0, 10, 20, 25), cs("b", 1, 30, 40, 50, 55)];
+        assert!(fenced_mutex_linearizable(&inv).is_err());
+    }
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Python binding into .venv (maturin develop: incremental) and prints the Python demo
+# worker command. Progress goes to stderr; the one line on stdout is the command.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+MATURIN_VERSION=1.16.0
+command -v python3 >/dev/null 2>&1 || { echo "demo.d/python: python3 is required" >&2; exit 1; }
+[ -x .venv/bin/python ] || python3 -m venv .venv >&2
+if [ "$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('maturin'))" 2>/dev/null)" != "$MATURIN_VERSION" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check "maturin==$MATURIN_VERSION" >&2
+fi
+(cd bindings-python && VIRTUAL_ENV=$root/.venv PATH=$root/.venv/bin:$PATH maturin develop -q --release >&2)
+echo "$root/.venv/bin/python $root/examples/python/worker.py"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The main job: a throwaway redis-server, a fenced resource, and workers in every language on one
+# lock. Each ci/demo.d/<lang>.sh prepares its worker and prints its command (examples/README.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/setup.sh
+echo "building the Rust demo (release)..." >&2
+cargo build --release --quiet -p ferrolock-examples
+args=()
+for f in ci/demo.d/*.sh; do
+  [ -e "$f" ] || continue
+  echo "preparing $(basename "$f" .sh) workers..." >&2
+  args+=(--worker "$(bash "$f")")
+done
+exec target/release/demo "${args[@]}" "$@"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Smoke test of the benchmark harness (bench/run.sh --quick, about 1–2 minutes: ferrolock Rust W1/W2/W3/W5,
+# W4, raw redis-py and redis-py Lock; no Node, no bindings): it must run end to
+# end and produce its JSON lines, summary and charts. It never fails on a number; only a broken
+# harness (a driver that cannot run, no ferrolock W1 line, no floor, no chart) fails it.
+# Results go to a temporary directory so CI never dirties bench/results/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+bash bench/run.sh --quick --out "$out"
+tag=$(date -u +%Y-%m-%d)-quick
+for f in "$out/$tag.jsonl" "$out/$tag.md" "$out/$tag-w1.png" "$out/$tag-w2-forced.png" "$out/$tag-w3.png"; do
+  [ -s "$f" ] || { echo "test-bench: missing $f" >&2; exit 1; }
+done
+bench/.venv/bin/python - "$out/$tag.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert all(l["schema"] == "redis-lock-bench/v1" for l in lines), "schema"
+need = {("W1", "ferrolock"), ("W2", "ferrolock"), ("W3", "ferrolock"), ("W4", "redis-benchmark"), ("W5", "ferrolock")}
+have = {(l["workload"], l["lib"]) for l in lines if l["ok"]}
+missing = need - have
+assert not missing, f"harness produced no ok line for {missing}"
+print(f"bench smoke: {len(lines)} lines, workloads {sorted({l['workload'] for l in lines})}")
+PY
+echo "test-bench: harness smoke test passed"

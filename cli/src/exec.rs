@@ -1,0 +1,207 @@
+//! `ferrolock exec`: acquire, run the command, release, exit with the command's status.
+//!
+//! Timing, renewal and waiting are the core's: the watchdog renews the lease and reports a loss;
+//! this file only reacts (terminate the command, forward signals, map exit codes).
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use ferrolock::{ErrorKind, Guard, Lock, LockOptions};
+use tokio::process::Command;
+use tokio::time::Instant;
+
+use crate::ExecArgs;
+use crate::duration::human;
+use crate::fail::{Fail, code};
+use crate::server;
+use crate::signals::{self, Signals};
+use crate::spinner;
+
+/// `signals` were taken since before the runtime started (see signals.rs).
+pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -> Result<u8, Fail> {
+    let client = tokio::select! {
+        c = server::connect(servers) => c?,
+        c = signals.recv() => {
+            return Err(Fail::new(128 + c.sig as u8, format!("{} while connecting", signals::name(c.sig))));
+        }
+    };
+    let name = a.name.as_bytes().to_vec();
+    let shown = String::from_utf8_lossy(&name).into_owned();
+    let opts = match a.ttl {
+        Some(ttl) => LockOptions::renewing(ttl),
+        None => LockOptions::default(), // the client's watchdog lease (30 s), renewed
+    };
+    let lock = client.lock(&name, opts).map_err(|e| Fail::core("cannot lock", &e))?;
+
+    let guard = tokio::select! {
+        g = acquire(&lock, &a, &shown) => g?,
+        c = signals.recv() => {
+            // The wait is abandoned; an acquire in flight is undone by the core in the
+            // background: give that undo a moment before the runtime shuts down.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let why = format!("{} while waiting for lock {shown}", signals::name(c.sig));
+            return Err(Fail::new(128 + c.sig as u8, why));
+        }
+        never = spinner::waiting(client.clone(), name.clone(), a.quiet) => match never {},
+    };
+    let (program, args) =
+        a.command.split_first().ok_or_else(|| Fail::usage("no command given".to_owned()))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args).env("FERROLOCK_NAME", &a.name).env("FERROLOCK_FENCE", guard.fence().to_string());
+    // If ferrolock dies (kill -9, OOM), nothing renews the lease any more: the command gets
+    // SIGTERM rather than running on unprotected once the lease runs out. The death signal
+    // follows the forking thread; this runs inside `block_on` on the main thread, which lives
+    // as long as the process.
+    // Last, the forwarded signals are unblocked (see signals.rs): one that reached the command
+    // since the fork acts on it now.
+    // SAFETY: only async-signal-safe calls (getppid, prctl, kill, getpid, sigprocmask) between
+    // fork and exec.
+    let parent = unsafe { libc::getpid() };
+    let for_child = signals.for_child();
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() != parent {
+                libc::kill(libc::getpid(), libc::SIGTERM); // ferrolock died before prctl
+            }
+            for_child.restore()
+        });
+    }
+    // Non-interactive (cron, CI, a background job): the command leads its own process group and
+    // every signal goes to the whole group, so a shell script's children stop with it (a shell
+    // killed by SIGTERM does not pass it on). Interactive (ferrolock in the foreground of its
+    // terminal): the command stays in ferrolock's group, which keeps the terminal (reads,
+    // Ctrl-C, Ctrl-Z), and signals go to the command's process only.
+    let own_group = !signals::in_terminal_foreground();
+    if own_group {
+        cmd.process_group(0);
+    }
+    // A signal since the lock was obtained reached ferrolock only (a typed Ctrl-C included: the
+    // command did not exist yet): stop here, as while waiting, rather than start the command
+    // and then either not pass the signal on or have it cut the command short at its start.
+    // What is left is the time between this check and the fork.
+    if let Some(c) = signals.try_recv() {
+        release(&guard, &shown).await;
+        let why =
+            format!("{} after lock {shown} was obtained, before the command started", signals::name(c.sig));
+        return Err(Fail::new(128 + c.sig as u8, why));
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            release(&guard, &shown).await;
+            let code =
+                if e.kind() == std::io::ErrorKind::NotFound { code::NOT_FOUND } else { code::CANNOT_RUN };
+            return Err(Fail::new(code, format!("cannot run {}: {e}", program.to_string_lossy())));
+        }
+    };
+    let target = signals::Target::new(child.id(), own_group);
+
+    let (lost_tx, mut lost_rx) = tokio::sync::oneshot::channel::<ferrolock::Error>();
+    guard.on_lost(move |e| {
+        let _ = lost_tx.send(e);
+    });
+    let mut lost = false;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        let far = Instant::now() + Duration::from_secs(3600);
+        tokio::select! {
+            st = child.wait() => break st,
+            c = signals.recv() => target.forward(c),
+            r = &mut lost_rx, if !lost => {
+                let why = r.map_or_else(|_| "the hold ended".to_owned(), |e| e.message().to_owned());
+                lost = true;
+                kill_at = Some(terminate(target, &shown, &why, a.kill_grace));
+            }
+            () = guard.lost(), if !lost => {
+                // The reason comes with the loss callback, run on the core's blocking pool.
+                let why = match tokio::time::timeout(Duration::from_millis(50), &mut lost_rx).await {
+                    Ok(Ok(e)) => e.message().to_owned(),
+                    _ => "its lease ran out before it was renewed".to_owned(),
+                };
+                lost = true;
+                kill_at = Some(terminate(target, &shown, &why, a.kill_grace));
+            }
+            () = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
+                let grace = human(a.kill_grace);
+                eprintln!("ferrolock: the command did not stop within {grace}: sending SIGKILL");
+                target.send(libc::SIGKILL);
+                kill_at = None;
+            }
+        }
+    };
+    let status = status.map_err(|e| Fail::new(code::FAILURE, format!("cannot wait for the command: {e}")))?;
+    if lost {
+        // Cleans up whatever is left under our token; the core never touches another owner's hold.
+        let _ = guard.release().await;
+        return Err(Fail::new(
+            a.lost_exit_code,
+            format!("the command was stopped because lock {shown} was lost ({})", describe(status)),
+        ));
+    }
+    match guard.release().await {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::Lost => {
+            return Err(Fail::new(
+                a.lost_exit_code,
+                format!("lock {shown} was found lost when the command ended ({}): {e}", describe(status)),
+            ));
+        }
+        Err(e) => eprintln!("ferrolock: could not release lock {shown} (it expires with its lease): {e}"),
+    }
+    Ok(exit_code(status))
+}
+
+async fn acquire(lock: &Lock, a: &ExecArgs, shown: &str) -> Result<Guard, Fail> {
+    let not_obtained =
+        |why: String| Fail::new(a.conflict_exit_code, if a.quiet { String::new() } else { why });
+    if a.no_wait {
+        return match lock.try_acquire().await {
+            Ok(Some(g)) => Ok(g),
+            Ok(None) => Err(not_obtained(format!("lock {shown} is held by another owner (--no-wait)"))),
+            Err(e) => Err(Fail::core(&format!("cannot acquire lock {shown}"), &e)),
+        };
+    }
+    match lock.acquire(a.wait).await {
+        Ok(g) => Ok(g),
+        Err(e) if e.kind() == ErrorKind::AcquireTimeout => Err(not_obtained(format!(
+            "lock {shown} is still held after waiting {}",
+            human(a.wait.unwrap_or_default())
+        ))),
+        Err(e) => Err(Fail::core(&format!("cannot acquire lock {shown}"), &e)),
+    }
+}
+
+/// Tell why on stderr, SIGTERM the command, and return when to SIGKILL it.
+fn terminate(target: signals::Target, shown: &str, why: &str, grace: Duration) -> Instant {
+    eprintln!(
+        "ferrolock: lost lock {shown} while the command ran ({why}): sending SIGTERM, SIGKILL in {}",
+        human(grace)
+    );
+    target.send(libc::SIGTERM);
+    Instant::now() + grace
+}
+
+async fn release(guard: &Guard, shown: &str) {
+    if let Err(e) = guard.release().await {
+        eprintln!("ferrolock: could not release lock {shown} (it expires with its lease): {e}");
+    }
+}
+
+/// The shell convention: the exit code, or 128 + N when killed by signal N.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(code::FAILURE),
+        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(code::FAILURE),
+        (None, None) => code::FAILURE,
+    }
+}
+
+fn describe(status: std::process::ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("it exited with status {c}"),
+        (None, Some(sig)) => format!("it was killed by {}", signals::name(sig)),
+        _ => "it ended".to_owned(),
+    }
+}

@@ -1,0 +1,193 @@
+//! `ferrolock`: run a command under a Redis distributed lock (like `flock`, `etcdctl lock`,
+//! `consul lock`), show a lock's state, or remove a hold by force. See cli/README.md.
+
+mod admin;
+mod duration;
+mod exec;
+mod fail;
+mod server;
+mod signals;
+mod spinner;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::fail::{Fail, code};
+use crate::signals::Signals;
+
+#[derive(Debug, Parser)]
+#[command(name = "ferrolock", version, about = "Run commands under a Redis distributed lock")]
+struct Cli {
+    /// Redis server URL (redis://[user:password@]host[:port][/db], rediss:// for TLS,
+    /// redis+sentinel://host:port[,host:port]/master-name[/db] through Sentinel,
+    /// redis+cluster://host:port[,host:port] for Redis Cluster). Repeat it to lock by Redlock
+    /// over several independent masters. Default: the space-separated URLs
+    /// in FERROLOCK_REDIS, else redis://127.0.0.1:6379.
+    #[arg(long = "redis", value_name = "URL", global = true)]
+    redis: Vec<String>,
+
+    /// rediss:// only: trust the CA certificates in this PEM file instead of the system store
+    /// (the server's certificate and host name are always verified).
+    #[arg(long, value_name = "FILE", global = true)]
+    cacert: Option<std::path::PathBuf>,
+
+    /// rediss:// only: client certificate (PEM) for mutual TLS; needs --key.
+    #[arg(long, value_name = "FILE", global = true)]
+    cert: Option<std::path::PathBuf>,
+
+    /// rediss:// only: private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", global = true)]
+    key: Option<std::path::PathBuf>,
+
+    /// Every grant must be acknowledged by N replicas (WAIT), else it is undone and the command
+    /// fails with NOT_REPLICATED (one server or Sentinel; see docs/GUARANTEES.md).
+    #[arg(long, value_name = "N", global = true)]
+    replica_acks: Option<u32>,
+
+    /// With --replica-acks: the longest wait for the acknowledgements (1ms to 1s, below the
+    /// response timeout). Default 100ms.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, global = true)]
+    replica_acks_timeout: Option<Duration>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Acquire NAME, run CMD with FERROLOCK_NAME and FERROLOCK_FENCE in its environment,
+    /// release when it exits, and exit with its status.
+    #[command(after_help = EXEC_NOTES)]
+    Exec(ExecArgs),
+    /// Show whether NAME is held, by whom, its reentrancy count, fence and remaining lease.
+    Status(StatusArgs),
+    /// Remove NAME's hold whoever owns it (administrative), and print what was removed.
+    Unlock(UnlockArgs),
+}
+
+const EXEC_NOTES: &str = "\
+Durations: 500ms, 30s, 5m, 1h, or sums like 1m30s.
+
+Exit codes: CMD's own status (128+N if a signal N killed it); 75 lock not obtained;
+76 lock lost while CMD ran (CMD got SIGTERM, then SIGKILL after --kill-grace); 2 bad usage;
+125 ferrolock failed (server, auth); 126 CMD cannot run; 127 CMD not found.
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to CMD; the lock is released after it exits.";
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Wait at most this long for the lock, then exit with the conflict code
+    /// (default: wait without bound).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration::parse,
+        allow_hyphen_values = true,
+        conflicts_with = "no_wait"
+    )]
+    pub wait: Option<Duration>,
+    /// Do not wait: if the lock is held, exit with the conflict code at once.
+    #[arg(long, short = 'n')]
+    pub no_wait: bool,
+    /// Lease kept alive by the watchdog while CMD runs (renewed every third of it); a crashed
+    /// ferrolock frees the lock after at most this long. Default 30s.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
+    pub ttl: Option<Duration>,
+    /// Exit code when the lock is not obtained (--no-wait, or --wait elapsed).
+    #[arg(long, short = 'E', value_name = "N", default_value_t = code::CONFLICT)]
+    pub conflict_exit_code: u8,
+    /// Exit code when the lock is lost while CMD runs (CMD is then terminated).
+    #[arg(long, value_name = "N", default_value_t = code::LOST)]
+    pub lost_exit_code: u8,
+    /// After losing the lock, how long CMD has between SIGTERM and SIGKILL.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration::parse,
+        allow_hyphen_values = true,
+        default_value = "10s"
+    )]
+    pub kill_grace: Duration,
+    /// No progress display while waiting, and no message when the lock is not obtained.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The lock name (the Redis key is ferrolock:{NAME}).
+    pub name: OsString,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print one JSON object instead of `key: value` lines.
+    #[arg(long)]
+    pub json: bool,
+    /// The lock name.
+    pub name: OsString,
+}
+
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// Required: confirms removing a hold that may belong to someone else. Its holder finds out
+    /// at its next renewal (ferrolock exec then terminates its command).
+    #[arg(long)]
+    pub force: bool,
+    /// The lock name.
+    pub name: OsString,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => return Fail::usage(fail::clap_line(&e)).report(),
+    };
+    // `exec` takes its signals from the start, before the runtime's threads exist (signals.rs).
+    let signals = match &cli.command {
+        Command::Exec(_) => match Signals::start() {
+            Ok(s) => Some(s),
+            Err(f) => return f.report(),
+        },
+        Command::Status(_) | Command::Unlock(_) => None,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return Fail::new(code::FAILURE, format!("cannot start the runtime: {e}")).report(),
+    };
+    let result = runtime.block_on(run(cli, signals));
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    match result {
+        Ok(status) => ExitCode::from(status),
+        Err(f) => f.report(),
+    }
+}
+
+async fn run(cli: Cli, signals: Option<Signals>) -> Result<u8, Fail> {
+    if let Command::Unlock(a) = &cli.command
+        && !a.force
+    {
+        return Err(Fail::usage(
+            "unlock removes a hold that may belong to someone else: add --force to confirm".to_owned(),
+        ));
+    }
+    let replica_acks = match (cli.replica_acks, cli.replica_acks_timeout) {
+        (Some(n), t) => Some(ferrolock::ReplicaAcks::new(n, t.unwrap_or(Duration::from_millis(100)))),
+        (None, Some(_)) => return Err(Fail::usage("--replica-acks-timeout needs --replica-acks".to_owned())),
+        (None, None) => None,
+    };
+    let servers = server::Servers {
+        urls: server::urls(cli.redis)?,
+        tls: server::tls(cli.cacert, cli.cert, cli.key)?,
+        replica_acks,
+    };
+    match (cli.command, signals) {
+        (Command::Exec(a), Some(signals)) => exec::run(&servers, a, signals).await,
+        (Command::Exec(_), None) => Err(Fail::new(code::FAILURE, "exec without its signals".to_owned())),
+        (Command::Status(a), _) => admin::status(&server::connect(&servers).await?, a).await,
+        (Command::Unlock(a), _) => admin::unlock(&server::connect(&servers).await?, a).await,
+    }
+}

@@ -1,0 +1,64 @@
+//! Which servers to use, and connecting to them (one server, or Redlock over several).
+
+use std::path::PathBuf;
+
+use ferrolock::{Client, ClientOptions, TlsOptions};
+
+use crate::fail::Fail;
+
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// The URLs from `--redis`, else from `FERROLOCK_REDIS` (space-separated), else the default.
+/// The variable is read here rather than by clap so that `--help` never shows its value
+/// (it may hold a password).
+pub fn urls(flags: Vec<String>) -> Result<Vec<String>, Fail> {
+    if !flags.is_empty() {
+        return Ok(flags);
+    }
+    match std::env::var("FERROLOCK_REDIS") {
+        Ok(v) if !v.trim().is_empty() => Ok(v.split_whitespace().map(str::to_owned).collect()),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(vec![DEFAULT_URL.to_owned()]),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Fail::usage("FERROLOCK_REDIS is not valid UTF-8".to_owned()))
+        }
+    }
+}
+
+/// Where to connect: the URLs and the TLS files for `rediss://`.
+#[derive(Debug)]
+pub struct Servers {
+    pub urls: Vec<String>,
+    pub tls: TlsOptions,
+    /// `--replica-acks` / `--replica-acks-timeout`.
+    pub replica_acks: Option<ferrolock::ReplicaAcks>,
+}
+
+/// The TLS options from `--cacert`, `--cert` and `--key` (read now, so a missing file is a usage
+/// error before any connection).
+pub fn tls(cacert: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<TlsOptions, Fail> {
+    let bad = |e: ferrolock::Error| Fail::usage(e.message().to_owned());
+    let mut tls = TlsOptions::default();
+    if let Some(ca) = cacert {
+        tls = tls.with_root_ca_file(ca).map_err(bad)?;
+    }
+    match (cert, key) {
+        (None, None) => {}
+        (Some(cert), Some(key)) => tls = tls.with_client_cert_files(cert, key).map_err(bad)?,
+        _ => return Err(Fail::usage("--cert and --key go together".to_owned())),
+    }
+    Ok(tls)
+}
+
+/// One URL: a single-server client. Several: a Redlock client over independent masters.
+pub async fn connect(servers: &Servers) -> Result<Client, Fail> {
+    let mut opts = ClientOptions::default();
+    opts.tls = servers.tls.clone();
+    opts.replica_acks = servers.replica_acks;
+    let urls = &servers.urls;
+    let client = if let [url] = urls.as_slice() {
+        Client::connect(url, opts).await
+    } else {
+        Client::connect_redlock(urls, opts).await
+    };
+    client.map_err(|e| Fail::core("cannot connect", &e))
+}

@@ -1,0 +1,150 @@
+//! `ferrolock status`, `ferrolock unlock --force`, and command-line errors, end to end.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn status_and_forced_unlock_report_the_hold() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("status");
+    let fence_file = dir.path("fence");
+    let mut c = on(&server);
+    // Held through the checks below even if the machine is slow; after the forced unlock, the
+    // holder notices at its next renewal (every 2 s).
+    c.args(["exec", "--ttl", "6s", "--kill-grace", "5s", "report", "--", "sh", "-c"])
+        .arg("echo $FERROLOCK_FENCE > \"$1.tmp\"; mv \"$1.tmp\" \"$1\"; exec sleep 60")
+        .arg("sh")
+        .arg(&fence_file);
+    let holder = Proc::spawn(&mut c);
+    wait_for_file(&fence_file);
+    let fence = std::fs::read_to_string(&fence_file).expect("fence").trim().to_owned();
+
+    let out = output(on(&server).args(["status", "report"]));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    let text = stdout(&out);
+    for want in ["name: report", "state: held", "count: 1", &format!("fence: {fence}"), "ttl: "] {
+        assert!(text.lines().any(|l| l.starts_with(want)), "missing {want:?} in:\n{text}");
+    }
+    let owner = text.lines().find_map(|l| l.strip_prefix("owner: ")).expect("owner line").to_owned();
+    assert_eq!(owner.len(), 32, "the owner token");
+
+    let out = output(on(&server).args(["status", "--json", "report"]));
+    let json = stdout(&out);
+    assert_eq!(json.lines().count(), 1, "{json}");
+    for want in [
+        "\"name\":\"report\"".to_owned(),
+        "\"held\":true".to_owned(),
+        format!("\"owner\":\"{owner}\""),
+        "\"count\":1".to_owned(),
+        format!("\"fence\":{fence}"),
+        format!("\"last_fence\":{fence}"),
+        "\"ttl_ms\":".to_owned(),
+    ] {
+        assert!(json.contains(&want), "missing {want} in {json}");
+    }
+
+    // Without --force nothing is removed.
+    let out = output(on(&server).args(["unlock", "report"]));
+    assert_eq!(code(&out), Some(2));
+    assert!(stderr(&out).contains("--force"), "{}", stderr(&out));
+    assert!(held(&server, "report"));
+
+    let out = output(on(&server).args(["unlock", "--force", "report"]));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("removed the hold on report: owner {owner}, count 1, fence {fence}")
+    );
+    assert!(!held(&server, "report"));
+
+    // The holder finds out at its next renewal and stops its command.
+    let out = holder.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(76), "stderr: {}", stderr(&out));
+
+    let out = output(on(&server).args(["status", "report"]));
+    let text = stdout(&out);
+    assert!(text.contains("state: free") && text.contains(&format!("last_fence: {fence}")), "{text}");
+    let out = output(on(&server).args(["status", "--json", "report"]));
+    assert_eq!(
+        stdout(&out).trim(),
+        format!(
+            "{{\"name\":\"report\",\"held\":false,\"owner\":null,\"count\":0,\"fence\":null,\
+             \"ttl_ms\":null,\"last_fence\":{fence}}}"
+        )
+    );
+    let out = output(on(&server).args(["unlock", "--force", "report"]));
+    assert_eq!(code(&out), Some(0));
+    assert_eq!(stdout(&out).trim(), "report was not held: nothing removed");
+}
+
+#[test]
+fn bad_durations_are_refused_with_one_line_and_code_2() {
+    let server = RedisServer::start();
+    for (flag, value, why) in [
+        ("--wait", "5", "no unit"),
+        ("--wait", "5x", "unknown unit"),
+        ("--wait", "-1s", "not a duration"),
+        ("--wait", "", "empty"),
+        ("--ttl", "1.5s", "unknown unit"),
+        ("--kill-grace", "forever", "not a duration"),
+        ("--ttl", "9999999h", "too long"),
+        ("--ttl", "1ms", "INVALID_DURATION"), // well-formed, refused by the core
+    ] {
+        let out = output(on(&server).args(["exec", flag, value, "d", "--", "true"]));
+        let err = stderr(&out);
+        assert_eq!(code(&out), Some(2), "{flag} {value:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{flag} {value:?}: {err}");
+        assert!(err.starts_with("ferrolock: ") && err.contains(why), "{flag} {value:?}: {err}");
+    }
+    assert!(!held(&server, "d"));
+    let out = output(on(&server).args(["exec", "--wait", "1s", "--no-wait", "d", "--", "true"]));
+    assert_eq!(code(&out), Some(2), "--wait and --no-wait conflict: {}", stderr(&out));
+    let out = output(on(&server).args(["exec", "d", "true"]));
+    assert_eq!(code(&out), Some(2), "the command must follow --: {}", stderr(&out));
+}
+
+#[test]
+fn errors_never_show_the_password() {
+    // Set after start: the testkit's readiness check does not authenticate.
+    let server = RedisServer::start();
+    let _: () = server.cmd(&["CONFIG", "SET", "requirepass", "sekret-pw"]);
+    let port = server.port();
+    let wrong = format!("redis://:wrong-pw@127.0.0.1:{port}");
+    let out = output(ferrolock(&[wrong]).args(["status", "x"]));
+    let err = stderr(&out);
+    assert_eq!(code(&out), Some(125), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("AUTH") && !err.contains("wrong-pw"), "{err}");
+
+    let right = format!("redis://:sekret-pw@127.0.0.1:{port}");
+    let out = output(ferrolock(std::slice::from_ref(&right)).args(["exec", "x", "--", "sh", "-c", "exit 7"]));
+    assert_eq!(code(&out), Some(7), "{}", stderr(&out));
+
+    // Unreachable server.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let out = output(ferrolock(&[format!("redis://u:sekret-pw@127.0.0.1:{closed}")]).args(["status", "x"]));
+    let err = stderr(&out);
+    assert_eq!(code(&out), Some(125), "{err}");
+    assert!(err.contains("cannot connect") && !err.contains("sekret-pw"), "{err}");
+
+    // FERROLOCK_REDIS is used when no --redis is given, and --help never shows its value.
+    let mut c = ferrolock(&[]);
+    c.env("FERROLOCK_REDIS", &right).args(["status", "x"]);
+    let out = output(&mut c);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("state: free"));
+    for args in [&["--help"][..], &["exec", "--help"][..]] {
+        let mut c = ferrolock(&[]);
+        c.env("FERROLOCK_REDIS", &right).args(args);
+        let out = output(&mut c);
+        assert_eq!(code(&out), Some(0));
+        assert!(stdout(&out).contains("FERROLOCK_REDIS"));
+        assert!(!stdout(&out).contains("sekret-pw") && !stderr(&out).contains("sekret-pw"));
+    }
+}

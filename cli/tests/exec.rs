@@ -1,0 +1,347 @@
+//! `ferrolock exec` end to end: the built binary against real redis-server processes.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Appends `start <id>`, then stays until another run has also started (at most 3 s), then
+/// appends `end <id>`. Without a lock a second run started meanwhile interleaves for sure; under
+/// the lock the first run stays its full 3 s alone.
+const APPEND: &str = r#"echo "start $2" >> "$1"
+i=0
+while [ $i -lt 30 ] && [ "$(grep -c '^start' "$1")" -lt 2 ]; do sleep 0.1; i=$((i+1)); done
+echo "end $2" >> "$1""#;
+
+fn append_cmd(cmd: &mut Command, log: &std::path::Path, id: &str) {
+    cmd.args(["sh", "-c", APPEND, "sh"]).arg(log).arg(id);
+}
+
+/// Start run `a`, wait until it is inside (its start line is written), then start run `b`.
+fn two_runs(log: &std::path::Path, mut run: impl FnMut(&str) -> Proc) -> Vec<String> {
+    let a = run("a");
+    wait_for_lines(log, 1);
+    let b = run("b");
+    for p in [a, b] {
+        let out = p.finish(Duration::from_secs(30));
+        assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    }
+    read_lines(log)
+}
+
+#[test]
+fn concurrent_execs_are_serialised_and_unlocked_runs_interleave() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("serial");
+
+    // Control: the same two runs without the lock do overlap, so the check below can fail.
+    let control = dir.path("control.log");
+    let lines = two_runs(&control, |id| {
+        let mut c = Command::new("sh");
+        c.args(["-c", APPEND, "sh"]).arg(&control).arg(id);
+        Proc::spawn(&mut c)
+    });
+    assert_eq!(lines[..2], ["start a", "start b"], "control runs did not interleave");
+
+    let locked = dir.path("locked.log");
+    let lines = two_runs(&locked, |id| {
+        let mut c = on(&server);
+        c.args(["exec", "--wait", "30s", "serial", "--"]);
+        append_cmd(&mut c, &locked, id);
+        Proc::spawn(&mut c)
+    });
+    assert_eq!(lines, ["start a", "end a", "start b", "end b"]);
+    assert!(!held(&server, "serial"), "released after both runs");
+}
+
+/// `ferrolock exec NAME -- sh -c 'touch READY; exec sleep 60'`: holds NAME until signalled.
+fn holder(server: &RedisServer, name: &str, ready: &std::path::Path, extra: &[&str]) -> Proc {
+    let mut c = on(server);
+    c.arg("exec").args(extra).args([name, "--", "sh", "-c", "touch \"$1\"; exec sleep 60", "sh"]).arg(ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(ready);
+    p
+}
+
+#[test]
+fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("nowait");
+    let h = holder(&server, "busy", &dir.path("ready"), &[]);
+    let ran = dir.path("ran");
+    let touch_ran = |c: &mut Command| {
+        c.args(["sh", "-c", "touch \"$1\"", "sh"]).arg(&ran);
+    };
+
+    let start = Instant::now();
+    let mut c = on(&server);
+    c.args(["exec", "--no-wait", "busy", "--"]);
+    touch_ran(&mut c);
+    let out = output(&mut c);
+    assert_eq!(code(&out), Some(75), "stderr: {}", stderr(&out));
+    // "At once": long before the holder (60 s) would let go.
+    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    assert!(stderr(&out).contains("held by another owner"), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1);
+
+    let mut c = on(&server);
+    c.args(["exec", "-n", "-q", "--conflict-exit-code", "9", "busy", "--"]);
+    touch_ran(&mut c);
+    let out = output(&mut c);
+    assert_eq!(code(&out), Some(9));
+    assert_eq!(stderr(&out), "", "--quiet prints nothing");
+
+    let mut c = on(&server);
+    c.args(["exec", "--wait", "300ms", "busy", "--"]);
+    touch_ran(&mut c);
+    let out = output(&mut c);
+    assert_eq!(code(&out), Some(75), "stderr: {}", stderr(&out));
+    assert!(stderr(&out).contains("still held after waiting 300ms"), "{}", stderr(&out));
+    assert!(!ran.exists(), "the command never ran without the lock");
+
+    h.signal(libc::SIGTERM);
+    let out = h.finish(Duration::from_secs(20));
+    assert_eq!(code(&out), Some(128 + libc::SIGTERM));
+    assert!(!held(&server, "busy"));
+}
+
+/// Traps SIGTERM: writes "term" to $1, stops its sleep, exits 42.
+const TRAP_TERM: &str =
+    r#"trap 'echo term > "$1"; kill $p; exit 42' TERM; touch "$2"; sleep 60 & p=$!; wait $p"#;
+
+#[test]
+fn outsider_delete_terminates_the_command_with_the_lost_code() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("lost");
+    let (got, ready) = (dir.path("got"), dir.path("ready"));
+    let mut c = on(&server);
+    // A lease long enough that the hold outlives any scheduling delay until the DEL below (the
+    // loss must come from the DEL); renewals every second still notice it soon.
+    c.args(["exec", "--ttl", "3s", "--kill-grace", "5s", "victim", "--", "sh", "-c", TRAP_TERM, "sh"])
+        .arg(&got)
+        .arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    assert!(held(&server, "victim"));
+    let start = Instant::now();
+    let deleted: i64 = server.cmd(&["DEL", "ferrolock:{victim}"]);
+    assert_eq!(deleted, 1);
+    let out = p.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(76), "stderr: {}", stderr(&out));
+    assert!(start.elapsed() < Duration::from_secs(20), "the command ran on: {:?}", start.elapsed());
+    assert_eq!(std::fs::read_to_string(&got).unwrap_or_default().trim(), "term", "the command got SIGTERM");
+    let err = stderr(&out);
+    assert!(err.contains("lost lock victim") && err.contains("SIGTERM"), "{err}");
+    assert!(!held(&server, "victim"), "never re-created after the loss");
+}
+
+#[test]
+fn a_command_ignoring_sigterm_after_a_loss_is_killed_after_the_grace() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("grace");
+    let ready = dir.path("ready");
+    let script = r#"trap '' TERM; touch "$1"; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"#;
+    let mut c = on(&server);
+    c.args(["exec", "--ttl", "600ms", "--kill-grace", "300ms", "--lost-exit-code", "99", "stubborn", "--"])
+        .args(["sh", "-c", script, "sh"])
+        .arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    let _: i64 = server.cmd(&["DEL", "ferrolock:{stubborn}"]);
+    let out = p.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(99), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("SIGKILL") && err.contains("killed by SIGKILL"), "{err}");
+}
+
+#[test]
+fn signals_to_ferrolock_reach_the_command_and_the_lock_is_released() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("signal");
+
+    // A command that handles SIGTERM: its own exit status comes back.
+    let (got, ready) = (dir.path("got"), dir.path("ready"));
+    let mut c = on(&server);
+    c.args(["exec", "sig", "--", "sh", "-c", TRAP_TERM, "sh"]).arg(&got).arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    assert!(held(&server, "sig"));
+    p.signal(libc::SIGTERM);
+    let out = p.finish(Duration::from_secs(20));
+    assert_eq!(code(&out), Some(42), "stderr: {}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&got).unwrap_or_default().trim(), "term");
+    assert!(!held(&server, "sig"), "released after the command exited");
+
+    // A command killed by the forwarded signal: 128 + N, like a shell.
+    for (sig, tag) in [(libc::SIGTERM, "t"), (libc::SIGINT, "i")] {
+        let ready = dir.path(&format!("ready-{tag}"));
+        let p = holder(&server, "sig", &ready, &[]);
+        p.signal(sig);
+        let out = p.finish(Duration::from_secs(20));
+        assert_eq!(code(&out), Some(128 + sig), "stderr: {}", stderr(&out));
+        assert!(!held(&server, "sig"));
+    }
+}
+
+#[test]
+fn a_signal_while_waiting_stops_the_wait_silently_without_running_the_command() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("waitsig");
+    let h = holder(&server, "queue", &dir.path("ready"), &[]);
+    let ran = dir.path("ran");
+    let mut c = on(&server);
+    c.args(["exec", "queue", "--", "sh", "-c", "touch \"$1\"", "sh"]).arg(&ran);
+    let mut waiter = Proc::spawn(&mut c);
+    wait_for_blocked(waiter.pid(), libc::SIGTERM);
+    assert!(waiter.still_running_after(Duration::from_millis(800)), "waits while the lock is held");
+    waiter.signal(libc::SIGTERM);
+    let out = waiter.finish(Duration::from_secs(20));
+    assert_eq!(code(&out), Some(128 + libc::SIGTERM));
+    // Not a terminal: no progress display, only the one line saying why it stopped.
+    assert_eq!(stderr(&out).trim(), "ferrolock: SIGTERM while waiting for lock queue");
+    assert!(!ran.exists());
+    drop(h);
+}
+
+#[test]
+fn fence_is_strictly_increasing_across_runs_and_name_is_passed() {
+    let server = RedisServer::start();
+    let mut fences = Vec::new();
+    for _ in 0..5 {
+        let out = output(on(&server).args([
+            "exec",
+            "fenced",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$FERROLOCK_NAME $FERROLOCK_FENCE\"",
+        ]));
+        assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+        let line = stdout(&out);
+        let (name, fence) = line.trim().split_once(' ').expect("name and fence");
+        assert_eq!(name, "fenced");
+        fences.push(fence.parse::<u64>().expect("decimal fence"));
+    }
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+}
+
+#[test]
+fn command_that_cannot_run_gives_127_or_126_and_releases() {
+    let server = RedisServer::start();
+    let out = output(on(&server).args(["exec", "nf", "--", "/nonexistent/ferrolock-test"]));
+    assert_eq!(code(&out), Some(127));
+    assert!(stderr(&out).contains("cannot run /nonexistent/ferrolock-test"), "{}", stderr(&out));
+    assert!(!held(&server, "nf"));
+    let out = output(on(&server).args(["exec", "nf", "--", "/"]));
+    assert_eq!(code(&out), Some(126), "stderr: {}", stderr(&out));
+    assert!(!held(&server, "nf"));
+}
+
+#[test]
+fn redlock_over_three_servers_works_with_one_stopped() {
+    let mut servers = ferrolock_testkit::start_many(3);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let run = || output(ferrolock(&urls).args(["exec", "rl", "--", "sh", "-c", "echo $FERROLOCK_FENCE"]));
+
+    let out = run();
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    let first: u64 = stdout(&out).trim().parse().expect("fence");
+
+    servers[2].pause(); // SIGSTOP: keeps its socket, answers nothing
+    let out = run();
+    servers[2].resume();
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    let second: u64 = stdout(&out).trim().parse().expect("fence");
+    assert!(second > first);
+
+    servers[0].kill9();
+    let out = run();
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    let third: u64 = stdout(&out).trim().parse().expect("fence");
+    assert!(third > second);
+    assert!(servers[1..].iter().all(|s| !held(s, "rl")), "released on the live masters");
+    let out = output(ferrolock(&urls).args(["status", "rl"]));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).contains("state: free"), "{}", stdout(&out));
+    assert!(stdout(&out).contains(&format!("last_fence: {third}")), "{}", stdout(&out));
+}
+
+#[test]
+fn a_server_that_stops_answering_ends_in_lost_when_the_lease_runs_out() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("silent");
+    let (got, ready) = (dir.path("got"), dir.path("ready"));
+    let mut c = on(&server);
+    c.args(["exec", "--ttl", "600ms", "--kill-grace", "5s", "silent", "--", "sh", "-c", TRAP_TERM, "sh"])
+        .arg(&got)
+        .arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    server.pause(); // renewals get no answer: the local deadline passes
+    let out = p.finish(Duration::from_secs(30));
+    server.resume();
+    assert_eq!(code(&out), Some(76), "stderr: {}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&got).unwrap_or_default().trim(), "term");
+}
+
+#[test]
+fn the_command_gets_sigterm_if_ferrolock_itself_is_killed() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("orphan");
+    let (got, ready) = (dir.path("got"), dir.path("ready"));
+    let mut c = on(&server);
+    c.args(["exec", "orphan", "--", "sh", "-c", TRAP_TERM, "sh"]).arg(&got).arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    p.signal(libc::SIGKILL);
+    let out = p.finish(Duration::from_secs(20));
+    assert_eq!(out.status.code(), None, "killed");
+    let start = std::time::Instant::now();
+    while !got.exists() {
+        assert!(start.elapsed() < Duration::from_secs(20), "the command never got SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(std::fs::read_to_string(&got).unwrap_or_default().trim(), "term");
+}
+
+/// Whether process `pid` is gone (or a zombie waiting for its new parent to reap it).
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+#[test]
+fn a_loss_stops_the_commands_children_too_when_not_on_a_terminal() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("tree");
+    let (pid_file, ready) = (dir.path("pid"), dir.path("ready"));
+    // The shell itself dies of SIGTERM at once (no trap) without passing it on to its child.
+    // Its child does not hold the output pipes, so ferrolock's exit is seen at once.
+    let script = r#"sleep 60 >/dev/null 2>&1 & echo $! > "$1"; touch "$2"; wait"#;
+    let mut c = on(&server);
+    c.args(["exec", "--ttl", "600ms", "tree", "--", "sh", "-c", script, "sh"]).arg(&pid_file).arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    let grandchild = std::fs::read_to_string(&pid_file).expect("pid").trim().to_owned();
+    assert!(!gone(&grandchild));
+    let _: i64 = server.cmd(&["DEL", "ferrolock:{tree}"]);
+    let out = p.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(76), "stderr: {}", stderr(&out));
+    let start = Instant::now();
+    while !gone(&grandchild) {
+        if start.elapsed() > Duration::from_secs(10) {
+            if let Ok(pid) = grandchild.parse::<libc::pid_t>()
+                && pid > 0
+            {
+                // SAFETY: kill(2) of the test's own grandchild, before failing.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            panic!("the command's child {grandchild} outlived the lost lock");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,11 @@
+-- ferrolock force-unlock (protocol v1, see docs/PROTOCOL.md): administrative release
+-- KEYS[1]  lock hash        <prefix>{<name>}
+-- ARGV[1]  release channel  <prefix>{<name>}:released
+-- Returns {1, owner, count, fence} when a hold was deleted, {0} when the lock was free.
+local hold = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence')
+if not hold[1] then
+  return {0}
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], KEYS[1])
+return {1, hold[1], hold[2], hold[3]}

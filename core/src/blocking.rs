@@ -1,0 +1,200 @@
+//! The synchronous facade: the same surface as the async API, for plain threads and FFI.
+//!
+//! One lazily built runtime with a **single** worker thread runs every client made here: their
+//! connections, watchdogs and notification handling, and every call. A call is spawned onto
+//! that thread whole and the caller waits once for its result, so one call costs one hop there
+//! and one back, however many round trips it makes. (Running the future on the caller's thread
+//! with `block_on` instead costs two hops per round trip: the connection's driver task lives on
+//! the runtime's thread; and with two workers, tasks also bounce between them.) Calls made from
+//! inside another tokio runtime work the same way and do not panic.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::hold::LockState;
+use crate::options::{ClientOptions, LockOptions};
+
+pub use crate::client::LockInfo;
+
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+
+/// The facade's runtime (built on first use).
+pub fn runtime() -> &'static tokio::runtime::Runtime {
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ferrolock")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("ferrolock: cannot build the blocking runtime: {e}"))
+    })
+}
+
+/// Run `fut` to completion on the facade's runtime, from any thread (also from inside another
+/// tokio runtime, whose thread it blocks meanwhile).
+pub fn block_on<F>(fut: F) -> F::Output
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match spawn_and_wait(fut) {
+        Some(v) => v,
+        None => panic!("ferrolock: a blocking call's task panicked"),
+    }
+}
+
+fn spawn_and_wait<F>(fut: F) -> Option<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime().spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().ok()
+}
+
+fn run<T: Send + 'static>(fut: impl Future<Output = Result<T>> + Send + 'static) -> Result<T> {
+    spawn_and_wait(fut)
+        .unwrap_or_else(|| Err(Error::new(ErrorKind::Internal, "a blocking call's task panicked")))
+}
+
+/// Blocking [`crate::Client`].
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: crate::Client,
+}
+
+impl Client {
+    /// Connect (see [`crate::Client::connect`]).
+    pub fn connect(url: &str, opts: ClientOptions) -> Result<Client> {
+        let url = url.to_owned();
+        run(async move { crate::Client::connect(&url, opts).await }).map(|inner| Client { inner })
+    }
+
+    /// Connect to N independent masters for Redlock (see [`crate::Client::connect_redlock`]).
+    pub fn connect_redlock<I>(urls: I, opts: ClientOptions) -> Result<Client>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        run(async move { crate::Client::connect_redlock(&urls, opts).await }).map(|inner| Client { inner })
+    }
+
+    /// Whether this client locks by quorum (see [`crate::Client::is_redlock`]).
+    pub fn is_redlock(&self) -> bool {
+        self.inner.is_redlock()
+    }
+
+    /// A lock handle (no I/O).
+    pub fn lock(&self, name: impl AsRef<[u8]>, opts: LockOptions) -> Result<Lock> {
+        self.inner.lock(name, opts).map(|inner| Lock { inner })
+    }
+
+    /// See [`crate::Client::inspect`].
+    pub fn inspect(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        let (c, n) = (self.inner.clone(), name.as_ref().to_vec());
+        run(async move { c.inspect(n).await })
+    }
+
+    /// See [`crate::Client::force_unlock`].
+    pub fn force_unlock(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        let (c, n) = (self.inner.clone(), name.as_ref().to_vec());
+        run(async move { c.force_unlock(n).await })
+    }
+
+    /// The async client behind this facade.
+    pub fn as_async(&self) -> &crate::Client {
+        &self.inner
+    }
+}
+
+/// Blocking [`crate::Lock`].
+#[derive(Clone, Debug)]
+pub struct Lock {
+    inner: crate::Lock,
+}
+
+impl Lock {
+    /// See [`crate::Lock::acquire`].
+    pub fn acquire(&self, wait: Option<Duration>) -> Result<Guard> {
+        let l = self.inner.clone();
+        run(async move { l.acquire(wait).await }).map(|g| Guard { inner: Arc::new(g) })
+    }
+
+    /// See [`crate::Lock::try_acquire`].
+    pub fn try_acquire(&self) -> Result<Option<Guard>> {
+        let l = self.inner.clone();
+        run(async move { l.try_acquire().await }).map(|g| g.map(|g| Guard { inner: Arc::new(g) }))
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &[u8] {
+        self.inner.name()
+    }
+}
+
+/// Blocking [`crate::Guard`].
+#[derive(Debug)]
+pub struct Guard {
+    inner: Arc<crate::Guard>,
+}
+
+impl Guard {
+    /// See [`crate::Guard::release`].
+    pub fn release(&self) -> Result<()> {
+        let g = self.inner.clone();
+        run(async move { g.release().await })
+    }
+
+    /// See [`crate::Guard::extend`].
+    pub fn extend(&self, ttl: Duration) -> Result<()> {
+        let g = self.inner.clone();
+        run(async move { g.extend(ttl).await })
+    }
+
+    /// See [`crate::Guard::fence`].
+    pub fn fence(&self) -> u64 {
+        self.inner.fence()
+    }
+
+    /// See [`crate::Guard::count`].
+    pub fn count(&self) -> u32 {
+        self.inner.count()
+    }
+
+    /// See [`crate::Guard::remaining`].
+    pub fn remaining(&self) -> Duration {
+        self.inner.remaining()
+    }
+
+    /// See [`crate::Guard::ensure`].
+    pub fn ensure(&self, margin: Duration) -> Result<()> {
+        self.inner.ensure(margin)
+    }
+
+    /// See [`crate::Guard::state`].
+    pub fn state(&self) -> LockState {
+        self.inner.state()
+    }
+
+    /// Block until the hold is lost or `timeout` elapses; true if lost.
+    pub fn wait_lost(&self, timeout: Duration) -> bool {
+        let g = self.inner.clone();
+        block_on(async move { tokio::time::timeout(timeout, g.lost()).await.is_ok() })
+    }
+
+    /// See [`crate::Guard::on_lost`].
+    pub fn on_lost(&self, cb: impl FnOnce(Error) + Send + 'static) {
+        self.inner.on_lost(cb)
+    }
+
+    /// The async guard behind this facade.
+    pub fn as_async(&self) -> &crate::Guard {
+        &self.inner
+    }
+}

@@ -1,0 +1,579 @@
+//! The single-node client: one reconnecting RESP3 connection carrying commands and release
+//! notifications, plus the watchdog scheduler and the subscription sweeper.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{ProtocolVersion, RedisResult, Value};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::Keys;
+use crate::lock::Lock;
+use crate::notify::Notifier;
+use crate::options::{ClientOptions, LockOptions, TlsOptions};
+use crate::redlock::Quorum;
+use crate::scripts;
+use crate::sentinel::{SentinelConfig, SentinelConn};
+use crate::watchdog::Watchdog;
+
+/// A connection to one Redis server, shared by all locks made from it. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub backend: Backend,
+    pub opts: Arc<ClientOptions>,
+    pub watchdog: Watchdog,
+    pub runtime: tokio::runtime::Handle,
+    secrets: Vec<String>,
+    addr: String,
+}
+
+/// Where a client's locks live: one server (given directly or found through Sentinel), or a
+/// quorum of independent masters.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Single { conn: Conn, notifier: Arc<Notifier> },
+    Quorum(Arc<Quorum>),
+}
+
+/// The single-server connection: a reconnecting connection to one address, or to whichever
+/// server the sentinels name as master (rebuilt when that changes: `sentinel.rs`).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Direct(ConnectionManager),
+    Sentinel(Arc<SentinelConn>),
+    #[cfg(feature = "cluster")]
+    Cluster(crate::cluster::ClusterConns),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Direct(m) => m.req_packed_command(cmd),
+            Conn::Sentinel(s) => crate::sentinel::req_command(s, cmd),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.cmd.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Direct(m) => m.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(s) => crate::sentinel::req_commands(s, pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => crate::cluster::req_commands(&mut c.cmd, pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Direct(m) => m.get_db(),
+            Conn::Sentinel(s) => s.db(),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(_) => 0,
+        }
+    }
+}
+
+/// A connection that carries release-channel subscriptions (notify.rs).
+pub(crate) trait PubSubConn: Clone + Send + Sync + 'static {
+    fn subscribe(&mut self, channel: &[u8]) -> impl Future<Output = RedisResult<()>> + Send;
+    fn unsubscribe(&mut self, channel: &[u8]) -> impl Future<Output = RedisResult<()>> + Send;
+}
+
+impl PubSubConn for ConnectionManager {
+    fn subscribe(&mut self, channel: &[u8]) -> impl Future<Output = RedisResult<()>> + Send {
+        ConnectionManager::subscribe(self, channel.to_vec())
+    }
+
+    fn unsubscribe(&mut self, channel: &[u8]) -> impl Future<Output = RedisResult<()>> + Send {
+        ConnectionManager::unsubscribe(self, channel.to_vec())
+    }
+}
+
+impl PubSubConn for Conn {
+    async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            Conn::Direct(m) => m.subscribe(channel).await,
+            Conn::Sentinel(s) => s.subscribe(channel).await,
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.sub.subscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            Conn::Direct(m) => m.unsubscribe(channel).await,
+            Conn::Sentinel(s) => s.unsubscribe(channel).await,
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(c) => c.sub.unsubscribe(channel).await,
+        }
+    }
+}
+
+/// What [`Client::inspect`] and [`Client::force_unlock`] report about one lock.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The holder's owner token.
+    pub owner: Vec<u8>,
+    /// The holder's reentrancy depth.
+    pub count: u32,
+    /// The hold's fencing token.
+    pub fence: u64,
+    /// Server-side time to expiry (`None`: the hold has no expiry).
+    pub ttl: Option<Duration>,
+}
+
+impl Client {
+    /// Connect to `url`: `redis://[user:password@]host[:port][/db]`, `rediss://` for TLS, or
+    /// `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db]` to find the
+    /// master through Sentinel and follow its failovers (credentials and db are the master's;
+    /// the sentinels are asked without credentials). With the `cluster` feature,
+    /// `redis+cluster://[user:password@]host:port[,host:port…]` names seed nodes of a Redis
+    /// Cluster.
+    pub async fn connect(url: &str, opts: ClientOptions) -> Result<Client> {
+        opts.validate()?;
+        let notifier = Arc::new(Notifier::default());
+        #[cfg(feature = "cluster")]
+        let cluster = crate::cluster::is_cluster_url(url);
+        #[cfg(not(feature = "cluster"))]
+        let cluster = false;
+        let (conn, secrets, addr, opts) = if cluster {
+            Self::connect_cluster(url, opts, &notifier).await?
+        } else if crate::sentinel::is_sentinel_url(url) {
+            let cfg = SentinelConfig::parse(url, &opts)?;
+            let (secrets, addr) = (cfg.secrets.clone(), cfg.describe());
+            let opts = Arc::new(opts);
+            let conn = SentinelConn::connect(cfg, opts.clone(), &notifier).await?;
+            (Conn::Sentinel(conn), secrets, addr, opts)
+        } else {
+            let target = Target::parse(url, &opts.tls)?;
+            let conn = target.manager(&opts, Some(opts.response_timeout), &notifier).await?;
+            (Conn::Direct(conn), target.secrets, target.addr, Arc::new(opts))
+        };
+        tokio::spawn(Notifier::sweep(
+            Arc::downgrade(&notifier),
+            conn.clone(),
+            opts.subscription_linger,
+            None,
+        ));
+        let backend = Backend::Single { conn, notifier };
+        let watchdog = Watchdog::start(backend.clone(), opts.clone());
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                backend,
+                opts,
+                watchdog,
+                runtime: tokio::runtime::Handle::current(),
+                secrets,
+                addr,
+            }),
+        })
+    }
+
+    /// Connect to N independent masters for Redlock (quorum locking). `lock()` then returns the
+    /// same [`Lock`] type, whose every operation runs on a majority of the masters: see
+    /// docs/REDLOCK.md for the algorithm and its assumptions.
+    ///
+    /// All URLs are checked before any I/O; `opts.redlock_*` set the quorum (default `N / 2 + 1`;
+    /// an even `N` needs an explicit quorum), the per-master timeout and the retry jitter. Fails
+    /// with [`ErrorKind::QuorumNotReached`] if fewer than a quorum of masters can be reached now;
+    /// masters that cannot be reached yet are reconnected in the background.
+    pub async fn connect_redlock<I>(urls: I, opts: ClientOptions) -> Result<Client>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        opts.validate()?;
+        let targets = urls
+            .into_iter()
+            .map(|u| Target::parse(u.as_ref(), &opts.tls))
+            .collect::<Result<Vec<Target>>>()?;
+        let quorum_size = opts.validate_redlock(targets.len())?;
+        for (i, t) in targets.iter().enumerate() {
+            if targets[..i].iter().any(|o| o.addr == t.addr) {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!("master {} is listed twice: a quorum needs independent masters", t.addr),
+                ));
+            }
+        }
+        let secrets: Vec<String> = targets.iter().flat_map(|t| t.secrets.iter().cloned()).collect();
+        let addr = format!(
+            "redlock({} of [{}])",
+            quorum_size,
+            targets.iter().map(|t| t.addr.as_str()).collect::<Vec<_>>().join(", ")
+        );
+        let opts = Arc::new(opts);
+        let quorum = Quorum::connect(targets, quorum_size, opts.clone()).await?;
+        let backend = Backend::Quorum(quorum);
+        let watchdog = Watchdog::start(backend.clone(), opts.clone());
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                backend,
+                opts,
+                watchdog,
+                runtime: tokio::runtime::Handle::current(),
+                secrets,
+                addr,
+            }),
+        })
+    }
+
+    #[cfg(feature = "cluster")]
+    async fn connect_cluster(
+        url: &str,
+        opts: ClientOptions,
+        notifier: &Arc<Notifier>,
+    ) -> Result<(Conn, Vec<String>, String, Arc<ClientOptions>)> {
+        if opts.replica_acks.is_some() {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "replica_acks is not supported on Redis Cluster yet (WAIT must follow the grant on the \
+                 same node's connection)",
+            ));
+        }
+        let cfg = crate::cluster::ClusterConfig::parse(url, &opts)?;
+        let conn = cfg.connect(&opts, notifier).await?;
+        Ok((Conn::Cluster(conn), cfg.secrets, cfg.description, Arc::new(opts)))
+    }
+
+    #[cfg(not(feature = "cluster"))]
+    async fn connect_cluster(
+        _url: &str,
+        _opts: ClientOptions,
+        _notifier: &Arc<Notifier>,
+    ) -> Result<(Conn, Vec<String>, String, Arc<ClientOptions>)> {
+        Err(Error::new(ErrorKind::Internal, "cluster support is not compiled in"))
+    }
+
+    /// Whether this client locks by quorum over several masters ([`Client::connect_redlock`]).
+    pub fn is_redlock(&self) -> bool {
+        matches!(self.inner.backend, Backend::Quorum(_))
+    }
+
+    /// Sentinel clients: the master in use now (`host:port`), as the sentinels last named it.
+    pub fn sentinel_master(&self) -> Option<String> {
+        match &self.inner.backend {
+            Backend::Single { conn: Conn::Sentinel(s), .. } => Some(s.master_addr()),
+            _ => None,
+        }
+    }
+
+    /// A lock handle for `name` with a fresh owner token. Validates before any I/O.
+    ///
+    /// Re-entry works through the same handle (and its clones); another handle contends.
+    pub fn lock(&self, name: impl AsRef<[u8]>, opts: LockOptions) -> Result<Lock> {
+        Lock::new(self.clone(), name.as_ref(), opts)
+    }
+
+    /// The options this client was created with.
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.opts
+    }
+
+    /// Who holds `name`, if anyone (one read-only script call).
+    ///
+    /// Redlock: the holder that a quorum of masters agrees on (count and TTL from the weakest of
+    /// them, the fence most of them record); `None` if no owner has a quorum.
+    pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        let keys = Keys::new(&self.inner.opts, name.as_ref())?;
+        let conn = match &self.inner.backend {
+            Backend::Single { conn, .. } => conn,
+            Backend::Quorum(q) => return q.inspect(&keys, self).await,
+        };
+        let v: Value = scripts::INSPECT
+            .key(&keys.hold)
+            .key(&keys.fence)
+            .invoke_async(&mut conn.clone())
+            .await
+            .map_err(|e| self.error(&e))?;
+        let items = as_array(&v)?;
+        if int_at(items, 0)? == 0 {
+            return Ok(None);
+        }
+        let pttl = int_at(items, 4)?;
+        Ok(Some(LockInfo {
+            owner: bytes_at(items, 1)?,
+            count: parse_num(items, 2)?,
+            fence: parse_num(items, 3)?,
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        }))
+    }
+
+    /// The last fencing token granted for `name`, while it is retained (`None` after expiry).
+    /// Redlock: the largest value among the masters that answer (a quorum must answer).
+    pub async fn last_fence(&self, name: impl AsRef<[u8]>) -> Result<Option<u64>> {
+        let keys = Keys::new(&self.inner.opts, name.as_ref())?;
+        let conn = match &self.inner.backend {
+            Backend::Single { conn, .. } => conn,
+            Backend::Quorum(q) => return q.last_fence(&keys, self).await,
+        };
+        let v: Value = scripts::INSPECT
+            .key(&keys.hold)
+            .key(&keys.fence)
+            .invoke_async(&mut conn.clone())
+            .await
+            .map_err(|e| self.error(&e))?;
+        let items = as_array(&v)?;
+        match items.get(5) {
+            Some(Value::Nil) | None => Ok(None),
+            Some(_) => parse_num(items, 5).map(Some),
+        }
+    }
+
+    /// Administrative release: delete whatever hold `name` has and wake its waiters.
+    /// Returns what was removed. The former holder finds out at its next renewal (LOST).
+    ///
+    /// Redlock: deletes the hold on every master that answers and reports the largest-fence hold
+    /// removed.
+    pub async fn force_unlock(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        let keys = Keys::new(&self.inner.opts, name.as_ref())?;
+        let conn = match &self.inner.backend {
+            Backend::Single { conn, .. } => conn,
+            Backend::Quorum(q) => return q.force_unlock(&keys, self).await,
+        };
+        let v: Value = scripts::FORCE_UNLOCK
+            .key(&keys.hold)
+            .arg(&keys.channel)
+            .invoke_async(&mut conn.clone())
+            .await
+            .map_err(|e| self.error(&e))?;
+        let items = as_array(&v)?;
+        if int_at(items, 0)? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(LockInfo {
+            owner: bytes_at(items, 1)?,
+            count: parse_num(items, 2)?,
+            fence: parse_num(items, 3)?,
+            ttl: None,
+        }))
+    }
+
+    /// A driver error as a ferrolock error, with secrets removed.
+    pub(crate) fn error(&self, e: &redis::RedisError) -> Error {
+        Error::from_redis(e, &|s| redact_with(&self.inner.secrets, s))
+    }
+
+    pub(crate) fn inner_secrets(&self) -> Vec<String> {
+        self.inner.secrets.clone()
+    }
+
+    pub(crate) fn redactor(&self) -> impl Fn(String) -> String + Sync + '_ {
+        |s| redact_with(&self.inner.secrets, s)
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client").field("server", &self.inner.addr).finish_non_exhaustive()
+    }
+}
+
+fn redact_with(secrets: &[String], mut s: String) -> String {
+    for secret in secrets {
+        if s.contains(secret.as_str()) {
+            s = s.replace(secret.as_str(), "<redacted>");
+        }
+    }
+    s
+}
+
+/// One server to connect to: the parsed URL, its secrets (for redaction) and a printable address.
+pub(crate) struct Target {
+    pub client: redis::Client,
+    /// `rediss://`.
+    pub tls: bool,
+    pub secrets: Vec<String>,
+    pub addr: String,
+}
+
+impl Target {
+    pub fn parse(url: &str, tls: &TlsOptions) -> Result<Target> {
+        Self::from_info(parse_url(url)?, tls)
+    }
+
+    pub fn from_info(info: redis::ConnectionInfo, tls: &TlsOptions) -> Result<Target> {
+        let secrets = secrets_of(&info);
+        let addr = format!("{}/{}", info.addr(), info.redis_settings().db());
+        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(settings);
+        let redact = |s| redact_with(&secrets, s);
+        let tls_url = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
+        let client = match info.addr() {
+            redis::ConnectionAddr::TcpTls { insecure: true, .. } => {
+                return Err(Error::new(
+                    ErrorKind::InvalidUrl,
+                    "certificate verification cannot be turned off (#insecure): give the server's CA \
+                     in the TLS options instead",
+                ));
+            }
+            redis::ConnectionAddr::TcpTls { .. } => {
+                install_crypto_provider();
+                if tls.is_set() {
+                    let certs = redis::TlsCertificates {
+                        client_tls: tls.client_cert_pem.clone().zip(tls.client_key_pem.clone()).map(
+                            |(client_cert, client_key)| redis::ClientTlsConfig { client_cert, client_key },
+                        ),
+                        root_cert: tls.root_certs_pem.clone(),
+                    };
+                    redis::Client::build_with_tls(info, certs).map_err(|e| {
+                        Error::new(
+                            ErrorKind::Tls,
+                            format!("unusable TLS certificates or key: {}", redact(e.to_string())),
+                        )
+                    })?
+                } else {
+                    redis::Client::open(info).map_err(|e| Error::from_redis(&e, &redact))?
+                }
+            }
+            _ if tls.is_set() => {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    "TLS options are set but the URL is not rediss://: refusing to connect in clear text",
+                ));
+            }
+            _ => redis::Client::open(info).map_err(|e| Error::from_redis(&e, &redact))?,
+        };
+        Ok(Target { client, tls: tls_url, secrets, addr })
+    }
+
+    /// A reconnecting RESP3 connection whose pushes go to `notifier`.
+    pub async fn manager(
+        &self,
+        opts: &ClientOptions,
+        response_timeout: Option<Duration>,
+        notifier: &Arc<Notifier>,
+    ) -> Result<ConnectionManager> {
+        let push = Arc::downgrade(notifier);
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(opts.connect_timeout))
+            .set_response_timeout(response_timeout)
+            .set_number_of_retries(3)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500))
+            .set_push_sender(move |info| {
+                if let Some(n) = push.upgrade() {
+                    n.on_push(info);
+                }
+                Ok::<(), ()>(())
+            })
+            .set_automatic_resubscription();
+        ConnectionManager::new_with_config(self.client.clone(), config).await.map_err(|e| {
+            let err = Error::from_redis(&e, &|s| redact_with(&self.secrets, s));
+            // The two ways a TLS/plain-text mix-up shows: a TLS client hello that a plain-text
+            // server reads as an unfinished command (no reply), and a plain-text command that a
+            // TLS server answers by closing the connection.
+            let hint = match (self.tls, err.kind()) {
+                (true, ErrorKind::Timeout) => {
+                    "no TLS handshake reply: is this a plain-text port? (use redis://)"
+                }
+                (false, ErrorKind::Connection) if e.is_connection_dropped() || e.is_unrecoverable_error() => {
+                    "the server closed the connection: if it expects TLS, use rediss://"
+                }
+                _ => return err,
+            };
+            Error::new(err.kind(), format!("{} ({hint})", err.message()))
+        })
+    }
+}
+
+/// The texts to redact from messages about a connection made with `info`: its password.
+pub(crate) fn secrets_of(info: &redis::ConnectionInfo) -> Vec<String> {
+    info.redis_settings().password().filter(|p| !p.is_empty()).map(str::to_owned).into_iter().collect()
+}
+
+/// rustls needs a process-wide crypto provider; redis enables none. Install ring's once, unless
+/// the application already chose one.
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}
+
+pub(crate) fn redact_secrets(secrets: &[String], s: String) -> String {
+    redact_with(secrets, s)
+}
+
+pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
+    use redis::IntoConnectionInfo;
+    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+    if scheme.eq_ignore_ascii_case("redis+cluster") {
+        return Err(Error::new(
+            ErrorKind::InvalidUrl,
+            "redis+cluster:// needs ferrolock built with the `cluster` feature",
+        ));
+    }
+    if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix") {
+        return Err(Error::new(
+            ErrorKind::InvalidUrl,
+            "unsupported URL scheme (expected redis://, rediss://, redis+unix://, redis+sentinel:// or \
+             redis+cluster://)",
+        ));
+    }
+    // Never echo the URL: it may carry a password.
+    url.into_connection_info().map_err(|e| {
+        let why = if e.kind() == redis::ErrorKind::InvalidClientConfig && scheme == "rediss" {
+            "cannot use this rediss:// URL (is TLS support compiled in?)"
+        } else {
+            "cannot parse the server URL"
+        };
+        Error::new(ErrorKind::InvalidUrl, why)
+    })
+}
+
+// ---- reply decoding (shared with lock.rs) ----
+
+fn protocol(what: &str) -> Error {
+    Error::new(ErrorKind::Protocol, format!("unexpected reply from script: {what}"))
+}
+
+pub(crate) fn as_array(v: &Value) -> Result<&[Value]> {
+    match v {
+        Value::Array(items) => Ok(items),
+        _ => Err(protocol("expected an array")),
+    }
+}
+
+pub(crate) fn int_at(items: &[Value], i: usize) -> Result<i64> {
+    match items.get(i) {
+        Some(Value::Int(n)) => Ok(*n),
+        _ => Err(protocol("expected an integer")),
+    }
+}
+
+pub(crate) fn bytes_at(items: &[Value], i: usize) -> Result<Vec<u8>> {
+    match items.get(i) {
+        Some(Value::BulkString(b)) => Ok(b.clone()),
+        Some(Value::SimpleString(s)) => Ok(s.as_bytes().to_vec()),
+        _ => Err(protocol("expected a string")),
+    }
+}
+
+/// An integer sent either as an integer reply or as a decimal string (fences are sent as strings
+/// so they never pass through a double on the way out).
+pub(crate) fn parse_num<T: TryFrom<i64> + std::str::FromStr>(items: &[Value], i: usize) -> Result<T> {
+    match items.get(i) {
+        Some(Value::Int(n)) => T::try_from(*n).map_err(|_| protocol("integer out of range")),
+        Some(Value::BulkString(b)) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| protocol("expected a decimal integer")),
+        _ => Err(protocol("expected a number")),
+    }
+}

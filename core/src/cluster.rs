@@ -1,0 +1,161 @@
+//! Redis Cluster (cargo feature `cluster`): `redis+cluster://[user:password@]host:port[,host:port…]`
+//! names seed nodes; redis's cluster-async connection finds the rest, follows MOVED/ASK and
+//! failovers, and routes every script by its first key. All keys of one lock share the hash tag
+//! `{name}` (docs/PROTOCOL.md), so each script touches one slot.
+//!
+//! Release notifications use classic pub/sub (docs/GUARANTEES.md, Redis Cluster): waiters
+//! `SUBSCRIBE` to the lock's channel (the driver routes it to the node serving its slot and moves
+//! it when the slot moves) on a connection of their own, apart from the scripts' (see
+//! [`ClusterConfig::connect`]).
+
+use std::sync::Arc;
+
+use redis::aio::ConnectionLike;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, PushInfo, RedisResult, Value};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::notify::Notifier;
+use crate::options::ClientOptions;
+
+const SCHEME: &str = "redis+cluster://";
+
+pub(crate) fn is_cluster_url(url: &str) -> bool {
+    url.get(..SCHEME.len()).is_some_and(|s| s.eq_ignore_ascii_case(SCHEME))
+}
+
+fn bad_url(why: &str) -> Error {
+    // Never echo the URL: it may carry a password.
+    Error::new(ErrorKind::InvalidUrl, format!("cluster URL: {why} (expected {SCHEME}host:port[,host:port])"))
+}
+
+/// A parsed cluster URL: the seed nodes, with the credentials each connection uses.
+pub(crate) struct ClusterConfig {
+    seeds: Vec<redis::ConnectionInfo>,
+    pub secrets: Vec<String>,
+    pub description: String,
+}
+
+impl ClusterConfig {
+    pub fn parse(url: &str, opts: &ClientOptions) -> Result<ClusterConfig> {
+        if opts.tls.is_set() {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "TLS options are set, but TLS to Redis Cluster is not supported: refusing to connect in clear text",
+            ));
+        }
+        let rest = &url[SCHEME.len()..];
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains(['/', '?', '#']) {
+            return Err(bad_url("a cluster has no db or path"));
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+        let mut seeds = Vec::new();
+        let mut shown = Vec::new();
+        for h in hosts.split(',') {
+            let (host, port) = h.rsplit_once(':').ok_or_else(|| bad_url("a seed without a port"))?;
+            let port: u16 = port.parse().map_err(|_| bad_url("a seed port is not a number"))?;
+            if host.is_empty() || port == 0 {
+                return Err(bad_url("an empty seed address"));
+            }
+            let info = crate::client::parse_url(&format!("redis://{auth}{host}:{port}"))
+                .map_err(|_| bad_url("cannot parse a seed or the credentials"))?;
+            seeds.push(info);
+            shown.push(format!("{host}:{port}"));
+        }
+        let secrets = seeds.first().map(crate::client::secrets_of).unwrap_or_default();
+        Ok(ClusterConfig { seeds, secrets, description: format!("cluster(seeds {})", shown.join(", ")) })
+    }
+
+    /// Two RESP3 cluster connections: `cmd` for the scripts, and `sub` for the release-channel
+    /// subscriptions, whose pushes (messages, disconnections) go to `notifier`.
+    ///
+    /// Why two: redis 1.8.1 tracks the subscriptions of a cluster connection that has a push
+    /// sender and, after every slot-map refresh (a failover, a `MOVED`), resubscribes each node
+    /// to all the tracked channels it owns as *one* `SUBSCRIBE c1 … cN` sent as a plain command
+    /// (`cluster_async` `send_subscription_pipeline` → `req_packed_command`), which expects one
+    /// reply. The server confirms each channel, so the N−1 extra confirmations are taken as the
+    /// replies of the next N−1 commands on that node's connection, and every later reply there is
+    /// shifted (an acquire read a release's `-1`). The script connection therefore has no push
+    /// sender, hence no tracker and no resubscription traffic; on `sub`, a stray confirmation can
+    /// only complete another SUBSCRIBE/UNSUBSCRIBE early (or be dropped), never a script's reply.
+    pub async fn connect(&self, opts: &ClientOptions, notifier: &Arc<Notifier>) -> Result<ClusterConns> {
+        let redact = |s| crate::client::redact_secrets(&self.secrets, s);
+        let cmd = self.builder(opts).build().map_err(|e| Error::from_redis(&e, &redact))?;
+        let cmd = cmd.get_async_connection().await.map_err(|e| Error::from_redis(&e, &redact))?;
+        let push = Arc::downgrade(notifier);
+        let sub = self.builder(opts).push_sender(move |info: PushInfo| {
+            if let Some(n) = push.upgrade() {
+                n.on_push(info);
+            }
+            Ok::<(), ()>(())
+        });
+        let sub = sub.build().map_err(|e| Error::from_redis(&e, &redact))?;
+        let sub = sub.get_async_connection().await.map_err(|e| Error::from_redis(&e, &redact))?;
+        Ok(ClusterConns { cmd, sub })
+    }
+
+    fn builder(&self, opts: &ClientOptions) -> redis::cluster::ClusterClientBuilder {
+        let mut b = redis::cluster::ClusterClientBuilder::new(self.seeds.clone())
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .connection_timeout(opts.connect_timeout)
+            .response_timeout(opts.response_timeout)
+            .retries(3);
+        if let Some(first) = self.seeds.first() {
+            if let Some(user) = first.redis_settings().username() {
+                b = b.username(user);
+            }
+            if let Some(pass) = first.redis_settings().password() {
+                b = b.password(pass);
+            }
+        }
+        b
+    }
+}
+
+/// A client's cluster connections: scripts on `cmd`, release-channel subscriptions on `sub`
+/// (see [`ClusterConfig::connect`] for why they are apart).
+#[derive(Clone)]
+pub(crate) struct ClusterConns {
+    pub cmd: ClusterConnection,
+    pub sub: ClusterConnection,
+}
+
+/// A pipeline on a cluster: redis refuses one whose keys span slots, and the watchdog's renewal
+/// pipeline holds many locks. Send its commands concurrently, each to its own slot's node, and
+/// return the replies in order (server errors as error values, like a pipeline's).
+pub(crate) fn req_commands<'a>(
+    conn: &'a mut ClusterConnection,
+    pipeline: &'a Pipeline,
+    offset: usize,
+    count: usize,
+) -> redis::RedisFuture<'a, Vec<Value>> {
+    if pipeline.is_transaction() || offset != 0 || count != pipeline.len() {
+        return conn.req_packed_commands(pipeline, offset, count);
+    }
+    Box::pin(async move {
+        let mut set = tokio::task::JoinSet::new();
+        for (i, cmd) in pipeline.cmd_iter().enumerate() {
+            let (mut c, cmd): (ClusterConnection, Cmd) = (conn.clone(), cmd.clone());
+            set.spawn(async move { (i, c.req_packed_command(&cmd).await) });
+        }
+        let mut out: Vec<Option<Value>> = vec![None; pipeline.len()];
+        while let Some(joined) = set.join_next().await {
+            let (i, r): (usize, RedisResult<Value>) = joined.map_err(|_| {
+                redis::RedisError::from((redis::ErrorKind::Client, "cluster pipeline task failed"))
+            })?;
+            out[i] = Some(match r {
+                Ok(v) => v,
+                Err(e) => match redis::ServerError::try_from(e) {
+                    Ok(server) => Value::ServerError(server),
+                    Err(e) => return Err(e),
+                },
+            });
+        }
+        Ok(out.into_iter().map(|v| v.unwrap_or(Value::Nil)).collect())
+    })
+}

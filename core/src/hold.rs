@@ -1,0 +1,220 @@
+//! The state of one grant ("hold"), shared by its guards and the watchdog (DESIGN §6).
+//!
+//! HELD → IN_DOUBT (a renewal failed or timed out) → LOST (the server said "not owner", or the
+//! local deadline passed). RELEASED ends a hold normally. LOST and RELEASED are final.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+
+use crate::error::{Error, ErrorKind};
+
+/// Where a hold stands.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LockState {
+    /// Held, with a lease confirmed before the local deadline.
+    Held,
+    /// A renewal failed or timed out; still within the local deadline.
+    InDoubt,
+    /// The lease ran out or the server reports another owner. Final.
+    Lost,
+    /// Released by its owner. Final.
+    Released,
+}
+
+impl LockState {
+    /// A stable lower-case name (`"held"`, `"in_doubt"`, `"lost"`, `"released"`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            LockState::Held => "held",
+            LockState::InDoubt => "in_doubt",
+            LockState::Lost => "lost",
+            LockState::Released => "released",
+        }
+    }
+
+    fn is_final(self) -> bool {
+        matches!(self, LockState::Lost | LockState::Released)
+    }
+}
+
+/// Called once when a hold is lost, with an error of kind [`ErrorKind::Lost`] saying why.
+/// Runs on a blocking-pool thread of the client's runtime; a panic in it is contained.
+pub type LostCallback = Box<dyn FnOnce(Error) + Send + 'static>;
+
+struct St {
+    count: u32,
+    deadline: Instant,
+    ttl: Duration,
+    guards: usize,
+    watchdog: Option<u64>,
+    callbacks: Vec<LostCallback>,
+}
+
+pub(crate) struct Hold {
+    pub fence: u64,
+    pub renew: bool,
+    st: Mutex<St>,
+    tx: watch::Sender<LockState>,
+    runtime: Handle,
+}
+
+impl Hold {
+    pub fn new(
+        fence: u64,
+        count: u32,
+        deadline: Instant,
+        ttl: Duration,
+        renew: bool,
+        runtime: Handle,
+    ) -> Hold {
+        Hold {
+            fence,
+            renew,
+            st: Mutex::new(St { count, deadline, ttl, guards: 0, watchdog: None, callbacks: Vec::new() }),
+            tx: watch::Sender::new(LockState::Held),
+            runtime,
+        }
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, St> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state, noticing an expired local deadline even before the watchdog does.
+    pub fn state(&self) -> LockState {
+        let s = *self.tx.borrow();
+        if !s.is_final() && Instant::now() >= self.deadline() {
+            self.mark_lost("the lease ran out before it was renewed or released");
+            return *self.tx.borrow();
+        }
+        s
+    }
+
+    pub fn is_final(&self) -> bool {
+        self.state().is_final()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<LockState> {
+        self.tx.subscribe()
+    }
+
+    pub fn count(&self) -> u32 {
+        self.st().count
+    }
+
+    pub fn set_count(&self, count: u32) {
+        self.st().count = count;
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.st().deadline
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.st().ttl
+    }
+
+    pub fn remaining(&self) -> Duration {
+        if self.state().is_final() {
+            return Duration::ZERO;
+        }
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// A renewal or re-entry confirmed the lease until `deadline`.
+    pub fn renewed(&self, deadline: Instant, ttl: Option<Duration>) {
+        if self.tx.borrow().is_final() {
+            return;
+        }
+        {
+            let mut st = self.st();
+            st.deadline = st.deadline.max(deadline);
+            if let Some(ttl) = ttl {
+                st.ttl = ttl;
+            }
+        }
+        self.tx.send_if_modified(|s| std::mem::replace(s, LockState::Held) != LockState::Held);
+    }
+
+    pub fn in_doubt(&self) {
+        self.tx.send_if_modified(|s| {
+            let change = *s == LockState::Held;
+            if change {
+                *s = LockState::InDoubt;
+            }
+            change
+        });
+    }
+
+    /// Final: lost. Fires the loss callbacks once. Returns false if the hold was already final.
+    pub fn mark_lost(&self, why: &str) -> bool {
+        let changed = self.tx.send_if_modified(|s| {
+            let change = !s.is_final();
+            if change {
+                *s = LockState::Lost;
+            }
+            change
+        });
+        if changed {
+            tracing::warn!(fence = self.fence, "ferrolock: lock lost: {why}");
+            let callbacks = std::mem::take(&mut self.st().callbacks);
+            for cb in callbacks {
+                let err = Error::new(ErrorKind::Lost, why.to_owned());
+                self.runtime.spawn_blocking(move || cb(err));
+            }
+        }
+        changed
+    }
+
+    pub fn mark_released(&self) {
+        self.tx.send_if_modified(|s| {
+            let change = !s.is_final();
+            if change {
+                *s = LockState::Released;
+            }
+            change
+        });
+        self.st().callbacks.clear();
+    }
+
+    /// Register a loss callback; called at once (on the blocking pool) if already lost.
+    pub fn on_lost(&self, cb: LostCallback) {
+        match self.state() {
+            LockState::Lost => {
+                let err = Error::new(ErrorKind::Lost, "the lock was already lost");
+                self.runtime.spawn_blocking(move || cb(err));
+            }
+            LockState::Released => {}
+            _ => self.st().callbacks.push(cb),
+        }
+    }
+
+    pub fn add_guard(&self) -> usize {
+        let mut st = self.st();
+        st.guards += 1;
+        st.guards
+    }
+
+    /// One fewer live guard; returns how many remain.
+    pub fn drop_guard(&self) -> usize {
+        let mut st = self.st();
+        st.guards = st.guards.saturating_sub(1);
+        st.guards
+    }
+
+    pub fn take_watchdog(&self) -> Option<u64> {
+        self.st().watchdog.take()
+    }
+
+    pub fn set_watchdog(&self, id: u64) {
+        self.st().watchdog = Some(id);
+    }
+
+    pub fn has_watchdog(&self) -> bool {
+        self.st().watchdog.is_some()
+    }
+}

@@ -1,0 +1,51 @@
+//! The on-wire names of one lock (docs/PROTOCOL.md §Keys).
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::ClientOptions;
+
+/// The keys and channel of one lock. All share the hash tag `{<name>}`.
+#[derive(Clone)]
+pub(crate) struct Keys {
+    pub name: Vec<u8>,
+    /// `<prefix>{<name>}`: the hold (hash of owner, count, fence).
+    pub hold: Vec<u8>,
+    /// `<prefix>{<name>}:fence`: the last fencing token granted, kept for the retention period.
+    pub fence: Vec<u8>,
+    /// `<prefix>{<name>}:released`: where releases are published.
+    pub channel: Vec<u8>,
+}
+
+impl Keys {
+    pub fn new(opts: &ClientOptions, name: &[u8]) -> Result<Keys> {
+        if name.is_empty() {
+            return Err(Error::new(ErrorKind::InvalidName, "lock name is empty"));
+        }
+        if name.len() > opts.max_name_len {
+            return Err(Error::new(
+                ErrorKind::InvalidName,
+                format!("lock name is {} bytes; the cap is {}", name.len(), opts.max_name_len),
+            ));
+        }
+        let mut hold = Vec::with_capacity(opts.prefix.len() + name.len() + 2);
+        hold.extend_from_slice(opts.prefix.as_bytes());
+        hold.push(b'{');
+        hold.extend_from_slice(name);
+        hold.push(b'}');
+        let with = |suffix: &[u8]| [hold.as_slice(), suffix].concat();
+        Ok(Keys { name: name.to_vec(), fence: with(b":fence"), channel: with(b":released"), hold })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout() {
+        let k = Keys::new(&ClientOptions::default(), b"orders:42").unwrap();
+        assert_eq!(k.hold, b"ferrolock:{orders:42}");
+        assert_eq!(k.fence, b"ferrolock:{orders:42}:fence");
+        assert_eq!(k.channel, b"ferrolock:{orders:42}:released");
+        assert_eq!(Keys::new(&ClientOptions::default(), b"").err().unwrap().kind(), ErrorKind::InvalidName);
+    }
+}

@@ -1,0 +1,613 @@
+//! The single-node lock: acquire (waiting by notification), re-entry, release, extend.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use tokio::sync::{OwnedMutexGuard, watch};
+
+use crate::client::{Backend, Client, as_array, int_at, parse_num};
+use crate::error::{Error, ErrorKind, Result};
+use crate::hold::{Hold, LockState, LostCallback};
+use crate::keys::Keys;
+use crate::options::LockOptions;
+use crate::{scripts, timing, token};
+
+/// A handle on one named lock with its own owner token. Clones share the token (and re-enter).
+#[derive(Clone)]
+pub struct Lock {
+    pub(crate) inner: Arc<LockInner>,
+}
+
+pub(crate) struct LockInner {
+    pub(crate) client: Client,
+    pub(crate) keys: Keys,
+    pub(crate) hold_key: Arc<[u8]>,
+    pub(crate) token: Arc<str>,
+    pub(crate) ttl: Duration,
+    pub(crate) renew: bool,
+    /// Serialises this handle's round trips, so its count and cleanup never interleave.
+    pub(crate) op: Arc<tokio::sync::Mutex<()>>,
+    /// The current hold of this handle, if any.
+    current: Mutex<Option<Arc<Hold>>>,
+    /// Redlock: one lane per master, held by every request of this handle to that master until
+    /// its reply (and any undo) is done, so a later request of this handle never overtakes an
+    /// earlier one on the same master. Empty for a single-node client.
+    pub(crate) lanes: Vec<crate::redlock::Lane>,
+}
+
+enum Attempt {
+    Granted(Guard),
+    Held {
+        pttl: i64,
+    },
+    /// Granted, but the validity was already used up: undone; try again.
+    Expired,
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: &[u8], opts: LockOptions) -> Result<Lock> {
+        let keys = Keys::new(&client.inner.opts, name)?;
+        let (ttl, renew) = opts.resolve(&client.inner.opts)?;
+        let token: Arc<str> = token::new_token()?.into();
+        let lanes = match &client.inner.backend {
+            Backend::Single { .. } => Vec::new(),
+            Backend::Quorum(q) => q.nodes.iter().map(|_| crate::redlock::Lane::default()).collect(),
+        };
+        Ok(Lock {
+            inner: Arc::new(LockInner {
+                hold_key: keys.hold.clone().into(),
+                keys,
+                client,
+                token,
+                ttl,
+                renew,
+                op: Arc::new(tokio::sync::Mutex::new(())),
+                current: Mutex::new(None),
+                lanes,
+            }),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &[u8] {
+        &self.inner.keys.name
+    }
+
+    /// The lease of each grant.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// Acquire, waiting at most `wait` (`None`: without bound). Fails with
+    /// [`ErrorKind::AcquireTimeout`] when the wait elapses.
+    ///
+    /// Waiting is driven by release notifications, bounded by the holder's remaining lease:
+    /// there is no fixed-interval polling.
+    ///
+    /// Redlock: each try is a quorum round; split votes retry after a random jitter, and when
+    /// fewer than a quorum of masters answered the last try, the error is
+    /// [`ErrorKind::QuorumNotReached`] instead.
+    pub async fn acquire(&self, wait: Option<Duration>) -> Result<Guard> {
+        timing::check_wait(wait)?;
+        let deadline = wait.map(|w| Instant::now() + w);
+        let c = &self.inner.client;
+        let (conn, notifier) = match &c.inner.backend {
+            Backend::Single { conn, notifier } => (conn, notifier),
+            Backend::Quorum(q) => return q.clone().acquire(self, deadline).await,
+        };
+        let mut sub = notifier.peek(&self.inner.keys.channel);
+        if let Some(s) = &sub {
+            // Do not barge ahead of a waiter of this client that a release just woke (bounded:
+            // this only orders tries, it never replaces one).
+            let bound = c.inner.opts.response_timeout.min(Duration::from_millis(100));
+            s.turn(deadline.map_or(bound, |d| bound.min(d.saturating_duration_since(Instant::now())))).await;
+        }
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            if sub.is_none() {
+                sub = notifier.peek(&self.inner.keys.channel);
+            }
+            if let Some(s) = sub.as_mut() {
+                s.mark(); // a release after this point wakes us (or the next waiter in line)
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            match self.attempt().await {
+                Ok(Attempt::Granted(g)) => {
+                    if let Some(s) = sub.as_mut() {
+                        s.granted(); // the wake this waiter holds, if any, led to this grant
+                    }
+                    return Ok(g);
+                }
+                Ok(Attempt::Expired) => {}
+                Ok(Attempt::Held { pttl }) => {
+                    if let Some(s) = sub.as_mut() {
+                        s.held(); // the holder's release will wake the next waiter
+                    }
+                    if left == Some(Duration::ZERO) {
+                        return Err(self.timed_out());
+                    }
+                    let Some(s) = sub.as_mut() else {
+                        // Subscribe, then try again at once: a release between the first try
+                        // and the subscription would otherwise go unnoticed.
+                        let redact = c.redactor();
+                        let s = notifier.subscribe(conn, &self.inner.keys.channel, &redact);
+                        sub = Some(s.await?);
+                        continue;
+                    };
+                    // The holder's lease bounds the wait even if a message is lost.
+                    let mut bound = match u64::try_from(pttl) {
+                        Ok(ms) => Duration::from_millis(ms + 1),
+                        Err(_) => Duration::from_secs(1),
+                    };
+                    if let Some(l) = left {
+                        bound = bound.min(l);
+                    }
+                    tokio::select! {
+                        _ = s.changed() => {}
+                        _ = tokio::time::sleep(bound) => {}
+                    }
+                }
+                Err(e) if e.kind().is_transient() && left != Some(Duration::ZERO) => {
+                    tracing::debug!("ferrolock: acquire retry after {}", e.kind());
+                    tokio::time::sleep(left.map_or(backoff, |l| l.min(backoff))).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e),
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                // One last try happens above only if time remains; report the timeout.
+                return Err(self.timed_out());
+            }
+        }
+    }
+
+    /// One attempt: `Ok(None)` when another owner holds the lock (Redlock: or a vote was split;
+    /// [`ErrorKind::QuorumNotReached`] when fewer than a quorum of masters answered).
+    pub async fn try_acquire(&self) -> Result<Option<Guard>> {
+        if let Backend::Quorum(q) = &self.inner.client.inner.backend {
+            return match q.clone().attempt(self).await? {
+                crate::redlock::Round::Granted(g) => Ok(Some(g)),
+                crate::redlock::Round::Unreachable(e) => Err(e),
+                _ => Ok(None),
+            };
+        }
+        match self.attempt().await? {
+            Attempt::Granted(g) => Ok(Some(g)),
+            Attempt::Held { .. } | Attempt::Expired => Ok(None),
+        }
+    }
+
+    pub(crate) fn timed_out(&self) -> Error {
+        Error::new(ErrorKind::AcquireTimeout, "the wait elapsed before the lock was free")
+    }
+
+    pub(crate) fn current(&self) -> Option<Arc<Hold>> {
+        self.inner.current.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_current(&self, hold: Option<Arc<Hold>>) {
+        *self.inner.current.lock().unwrap_or_else(|p| p.into_inner()) = hold;
+    }
+
+    /// The count this handle holds on the server (0 when it holds nothing live).
+    pub(crate) fn live_count(&self) -> u32 {
+        self.current().filter(|h| !h.is_final()).map_or(0, |h| h.count())
+    }
+
+    /// What an undo leaves behind: the live count and the fence of the hold it belongs to.
+    fn live_level(&self) -> Level {
+        match self.current().filter(|h| !h.is_final()) {
+            Some(h) => Level { count: h.count(), fence: Some(h.fence) },
+            None => Level { count: 0, fence: None },
+        }
+    }
+
+    async fn attempt(&self) -> Result<Attempt> {
+        let inner = &self.inner;
+        let c = &inner.client.inner;
+        let Backend::Single { conn, .. } = &c.backend else {
+            return Err(Error::new(ErrorKind::Internal, "single-node attempt on a Redlock client"));
+        };
+        let op = inner.op.clone().lock_owned().await;
+        let prior = self.live_level();
+        // If this future is dropped mid-flight, or the outcome is unknown, undo whatever the
+        // script may have done with this token.
+        let mut pending = Pending { lock: Some((self.clone(), op)), prior };
+        let t_send = Instant::now();
+        let reply: redis::RedisResult<Value> = scripts::ACQUIRE
+            .key(&inner.keys.hold)
+            .key(&inner.keys.fence)
+            .arg(&*inner.token)
+            .arg(timing::millis(inner.ttl))
+            .arg(timing::millis(c.opts.fence_retention))
+            .arg(c.opts.max_reentrancy)
+            .invoke_async(&mut conn.clone())
+            .await;
+        let reply = match reply {
+            Ok(v) => v,
+            Err(e) => {
+                let err = inner.client.error(&e);
+                if err.kind().is_transient() {
+                    pending.settle().await;
+                } else {
+                    pending.disarm();
+                }
+                return Err(err);
+            }
+        };
+        if let Err(e) = crate::replicas::confirm_grant(&inner.client, conn, &reply).await {
+            pending.settle().await; // too few replicas acknowledged: undo the grant
+            return Err(e);
+        }
+        let _op = pending.disarm();
+        let items = as_array(&reply)?;
+        match int_at(items, 0)? {
+            0 => Ok(Attempt::Held { pttl: int_at(items, 1)? }),
+            2 => Err(Error::new(
+                ErrorKind::ReentrancyLimit,
+                format!("re-entry refused: depth {} is the limit", c.opts.max_reentrancy),
+            )),
+            1 => {
+                let fence: u64 = parse_num(items, 1)?;
+                let mut count: u32 = parse_num(items, 2)?;
+                let deadline = timing::deadline(&c.opts, t_send, inner.ttl);
+                if deadline <= Instant::now() {
+                    // Never hand out a grant whose validity is already used up.
+                    let _ = self.send_release_level(prior).await;
+                    return Ok(Attempt::Expired);
+                }
+                if count > 1 && prior.fence != Some(fence) {
+                    // Re-entry into a hold of this token that no live guard counts (left by an
+                    // undo that never reached the server): its extra levels belong to nobody.
+                    // Bring it down to this one grant, or no release would ever free it.
+                    let _ = self.send_release_level(Level { count: 1, fence: Some(fence) }).await;
+                    count = 1;
+                }
+                Ok(Attempt::Granted(self.granted(fence, count, deadline)))
+            }
+            _ => Err(Error::new(ErrorKind::Protocol, "unknown acquire status")),
+        }
+    }
+
+    pub(crate) fn granted(&self, fence: u64, count: u32, deadline: Instant) -> Guard {
+        let inner = &self.inner;
+        let c = &inner.client.inner;
+        let hold = match self.current() {
+            Some(h) if count > 1 && h.fence == fence && !h.is_final() => {
+                h.set_count(count);
+                h.renewed(deadline, Some(inner.ttl));
+                h
+            }
+            old => {
+                if let Some(old) = old {
+                    c.watchdog.unregister(&old);
+                    old.mark_lost("superseded by a new grant to the same handle");
+                }
+                let h =
+                    Arc::new(Hold::new(fence, count, deadline, inner.ttl, inner.renew, c.runtime.clone()));
+                self.set_current(Some(h.clone()));
+                h
+            }
+        };
+        hold.add_guard();
+        if !hold.has_watchdog() {
+            c.watchdog.register(&hold, inner.hold_key.clone(), inner.token.clone());
+        }
+        Guard { lock: self.clone(), hold, released: AtomicBool::new(false) }
+    }
+
+    /// Set this token's count on the server to `target` (0 deletes and publishes). Idempotent.
+    /// Returns the remaining count, or -1 when this token does not hold the lock.
+    pub(crate) async fn send_release(&self, target: u32) -> Result<i64> {
+        self.send_release_level(Level { count: target, fence: None }).await
+    }
+
+    /// [`Self::send_release`] to `level.count`, where a hold of this token with another fence
+    /// than `level.fence` (a later grant whose reply was lost) is deleted instead.
+    async fn send_release_level(&self, level: Level) -> Result<i64> {
+        let target = level.count;
+        let inner = &self.inner;
+        let c = &inner.client;
+        let (conn, notifier) = match &c.inner.backend {
+            Backend::Single { conn, notifier } => (conn, notifier),
+            Backend::Quorum(q) => return q.clone().release(self, target).await,
+            // (Redlock's undo has its own per-master rules: docs/REDLOCK.md.)
+        };
+        let before = if target == 0 { notifier.releasing(&inner.keys.channel) } else { None };
+        let mut last = None;
+        let command = |verb: &str| {
+            let mut cmd = redis::cmd(verb);
+            if verb == "EVAL" {
+                cmd.arg(scripts::RELEASE_SOURCE);
+            } else {
+                cmd.arg(scripts::RELEASE.get_hash());
+            }
+            cmd.arg(1).arg(&inner.keys.hold).arg(&*inner.token).arg(&inner.keys.channel).arg(target);
+            if let Some(fence) = level.fence.filter(|_| target > 0) {
+                cmd.arg(fence.to_string());
+            }
+            cmd
+        };
+        for attempt in 0..2 {
+            // The retry carries the script itself: the first try's reply may have been a
+            // NOSCRIPT that nobody saw (a stopped or restarted server answers in order once it
+            // runs again), so nobody followed it with SCRIPT LOAD.
+            let verb = if attempt == 0 { "EVALSHA" } else { "EVAL" };
+            let r: redis::RedisResult<i64> = command(verb).query_async(&mut conn.clone()).await;
+            if attempt == 0 && r.as_ref().is_err_and(scripts::is_noscript) {
+                continue;
+            }
+            match r {
+                Ok(n) => {
+                    if n == 0
+                        && let Some(before) = before
+                    {
+                        notifier.released(&inner.keys.channel, before);
+                    }
+                    return Ok(n);
+                }
+                Err(e) => {
+                    let err = c.error(&e);
+                    if !err.kind().is_transient() {
+                        return Err(err);
+                    }
+                    last = Some(err); // the reply was lost, not the request: retry is safe
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::new(ErrorKind::Internal, "release loop")))
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &String::from_utf8_lossy(&self.inner.keys.name))
+            .field("ttl", &self.inner.ttl)
+            .field("renew", &self.inner.renew)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handle's level on the server: its reentrancy count and the fence of that hold.
+#[derive(Clone, Copy, Debug)]
+struct Level {
+    count: u32,
+    fence: Option<u64>,
+}
+
+/// Undo of an acquire whose outcome is unknown (timeout, dropped connection, cancellation).
+struct Pending {
+    lock: Option<(Lock, OwnedMutexGuard<()>)>,
+    prior: Level,
+}
+
+impl Pending {
+    fn disarm(&mut self) -> Option<OwnedMutexGuard<()>> {
+        self.lock.take().map(|(_, op)| op)
+    }
+
+    async fn settle(&mut self) {
+        if let Some((lock, _op)) = self.lock.take() {
+            let _ = lock.send_release_level(self.prior).await;
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some((lock, op)) = self.lock.take() {
+            let prior = self.prior;
+            let rt = lock.inner.client.inner.runtime.clone();
+            rt.spawn(async move {
+                let _op = op; // later calls on this handle wait for the undo
+                let _ = lock.send_release_level(prior).await;
+            });
+        }
+    }
+}
+
+/// Proof of one level of hold. Release it explicitly; dropping it only stops the watchdog
+/// (when it was the last live guard of its hold) and lets the lease run out.
+pub struct Guard {
+    lock: Lock,
+    hold: Arc<Hold>,
+    released: AtomicBool,
+}
+
+impl Guard {
+    /// The fencing token of this hold: strictly increasing across grants of the lock name;
+    /// re-entry and renewal keep it.
+    pub fn fence(&self) -> u64 {
+        self.hold.fence
+    }
+
+    /// The reentrancy depth of this handle's hold.
+    pub fn count(&self) -> u32 {
+        if self.hold.is_final() { 0 } else { self.hold.count() }
+    }
+
+    /// Time left until the local deadline (zero once lost or released).
+    pub fn remaining(&self) -> Duration {
+        self.hold.remaining()
+    }
+
+    /// `Ok` if still held with at least `margin` of validity left; [`ErrorKind::Lost`] otherwise.
+    pub fn ensure(&self, margin: Duration) -> Result<()> {
+        match self.state() {
+            LockState::Released => Err(Error::new(ErrorKind::NotHeld, "the lock was released")),
+            LockState::Lost => Err(Error::new(ErrorKind::Lost, "the lock was lost")),
+            _ if self.remaining() <= margin => {
+                Err(Error::new(ErrorKind::Lost, "less validity left than the required margin"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The hold's state.
+    pub fn state(&self) -> LockState {
+        self.hold.state()
+    }
+
+    /// Whether the hold is lost.
+    pub fn is_lost(&self) -> bool {
+        self.state() == LockState::Lost
+    }
+
+    /// Resolves when the hold is lost (never, if it is released first).
+    pub async fn lost(&self) {
+        let mut rx = self.hold.subscribe();
+        loop {
+            if self.hold.state() == LockState::Lost {
+                return;
+            }
+            if *rx.borrow_and_update() == LockState::Released {
+                std::future::pending::<()>().await;
+            }
+            let deadline = self.hold.deadline();
+            tokio::select! {
+                r = rx.changed() => if r.is_err() { std::future::pending::<()>().await },
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+            }
+        }
+    }
+
+    /// Every state change of this hold.
+    pub fn watch(&self) -> watch::Receiver<LockState> {
+        self.hold.subscribe()
+    }
+
+    /// Call `cb` once if the hold is lost (at once if it already is). Runs on a blocking-pool
+    /// thread; it may call back into ferrolock.
+    pub fn on_lost(&self, cb: impl FnOnce(Error) + Send + 'static) {
+        let cb: LostCallback = Box::new(cb);
+        self.hold.on_lost(cb);
+    }
+
+    /// The lock this guard belongs to.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// Release one level of the hold (at depth 0 the lock is deleted and waiters are woken).
+    ///
+    /// Errors: [`ErrorKind::NotHeld`] if this guard was already released;
+    /// [`ErrorKind::Lost`] if the hold was lost meanwhile. A transient error leaves the guard
+    /// unreleased so the call can be retried.
+    pub async fn release(&self) -> Result<()> {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return Err(Error::new(ErrorKind::NotHeld, "this guard was already released"));
+        }
+        let r = self.release_inner().await;
+        match &r {
+            Err(e) if e.kind().is_transient() => self.released.store(false, Ordering::Release),
+            _ => {
+                self.hold.drop_guard();
+            }
+        }
+        r
+    }
+
+    async fn release_inner(&self) -> Result<()> {
+        let lock = &self.lock;
+        let c = &lock.inner.client.inner;
+        let _op = lock.inner.op.lock().await;
+        let is_current = lock.current().is_some_and(|h| Arc::ptr_eq(&h, &self.hold));
+        if !is_current {
+            return Err(Error::new(ErrorKind::Lost, "the hold this guard belonged to was lost"));
+        }
+        if self.hold.state() == LockState::Lost {
+            // Clean up whatever is left under our token; never touches another owner's hold.
+            c.watchdog.unregister(&self.hold);
+            let _ = lock.send_release(0).await;
+            lock.set_current(None);
+            return Err(Error::new(ErrorKind::Lost, "the lock was lost before release"));
+        }
+        let target = self.hold.count().saturating_sub(1);
+        if target == 0 {
+            c.watchdog.unregister(&self.hold); // cancel renewal before the release is sent
+        }
+        match lock.send_release_level(Level { count: target, fence: Some(self.hold.fence) }).await {
+            Ok(n) if n < 0 => {
+                c.watchdog.unregister(&self.hold);
+                self.hold.mark_lost("release found the lock expired or held by another owner");
+                lock.set_current(None);
+                Err(Error::new(ErrorKind::Lost, "the lock was lost before release"))
+            }
+            Ok(n) => {
+                let n = u32::try_from(n).unwrap_or(0);
+                self.hold.set_count(n);
+                if n == 0 {
+                    self.hold.mark_released();
+                    lock.set_current(None);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if target == 0 && !self.hold.is_final() {
+                    c.watchdog.register(&self.hold, lock.inner.hold_key.clone(), lock.inner.token.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Extend the lease to `ttl` from now (owner-checked). Fails with [`ErrorKind::Lost`] if the
+    /// local deadline already passed or the server no longer holds it for this owner.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        let lock = &self.lock;
+        let c = &lock.inner.client;
+        timing::check_ttl(&c.inner.opts, "ttl", ttl)?;
+        if self.released.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::NotHeld, "this guard was already released"));
+        }
+        let _op = lock.inner.op.lock().await;
+        match self.hold.state() {
+            LockState::Lost => return Err(Error::new(ErrorKind::Lost, "the lock was lost")),
+            LockState::Released => return Err(Error::new(ErrorKind::NotHeld, "the lock was released")),
+            _ => {}
+        }
+        let conn = match &c.inner.backend {
+            Backend::Single { conn, .. } => conn,
+            Backend::Quorum(q) => return q.clone().extend(lock, &self.hold, ttl).await,
+        };
+        let t_send = Instant::now();
+        let r: i64 = scripts::EXTEND
+            .key(&lock.inner.keys.hold)
+            .arg(&*lock.inner.token)
+            .arg(timing::millis(ttl))
+            .invoke_async(&mut conn.clone())
+            .await
+            .map_err(|e| c.error(&e))?;
+        if r != 1 {
+            c.inner.watchdog.unregister(&self.hold);
+            self.hold.mark_lost("extend found the lock expired or held by another owner");
+            return Err(Error::new(ErrorKind::Lost, "the lock was lost before extend"));
+        }
+        self.hold.renewed(timing::deadline(&c.inner.opts, t_send, ttl), Some(ttl));
+        Ok(())
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.released.load(Ordering::Acquire) && self.hold.drop_guard() == 0 {
+            // Stop renewing; never release in Redis from a destructor: the lease runs out.
+            self.lock.inner.client.inner.watchdog.unregister(&self.hold);
+        }
+    }
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("lock", &self.lock)
+            .field("fence", &self.fence())
+            .field("state", &self.state())
+            .field("remaining", &self.remaining())
+            .finish()
+    }
+}

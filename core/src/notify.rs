@@ -1,0 +1,572 @@
+//! Release notifications (DESIGN §5).
+//!
+//! One RESP3 connection per client carries commands and pub/sub pushes. Waiters register on a
+//! lock's channel *before* they try, so a release between their try and their wait is never
+//! missed. Subscriptions are reference counted and linger after the last waiter leaves, so steady
+//! contention costs no SUBSCRIBE/UNSUBSCRIBE round trips.
+//!
+//! Wake-one (single node): each release message wakes **one** waiter of this client, the oldest
+//! one that has no wake pending (FIFO per lock name), instead of the whole herd. The others stay
+//! asleep until the next release or their own bound (the holder's PTTL, the caller's deadline).
+//! The rules that keep this from losing a wake-up:
+//!
+//! - A waiter's wake is *pending* from the message until its next [`Subscription::mark`], which
+//!   it calls right before each try; a message that arrives after the mark wakes it again (or
+//!   the next waiter) and the try that follows sees the release.
+//! - Pushes and replies share one connection, in server order: a message that is pending when a
+//!   try's "granted" reply is read was published before that try ran, i.e. it is the release that
+//!   this grant followed, so a granted waiter consumes its wake.
+//! - Redis sends a connection's *own* release message right after that release's reply. So a
+//!   releaser that re-acquires at once would reach the server before the waiter its message is
+//!   about to wake: a newcomer of this client waits ([`Subscription::turn`], bounded) until that
+//!   message arrived and the waiter it woke has tried. This keeps the queue FIFO per lock name
+//!   within a client (no barging past a woken waiter); waiters of other clients still race.
+//! - A waiter that leaves without a grant (timeout, cancellation, error) while it holds a wake —
+//!   pending, or consumed by a mark whose try did not report "held" — passes it to the next
+//!   waiter.
+//! - A lost connection wakes every waiter (they retry and re-read the holder's PTTL); the
+//!   connection manager resubscribes.
+//!
+//! Redlock waiters use [`Notifier::peek_all`] / [`Notifier::subscribe_all`]: every message wakes
+//! them (messages from N masters arrive on N connections, so the ordering argument above does not
+//! hold across masters).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::Notify;
+
+use crate::client::PubSubConn;
+use crate::error::{Error, Result};
+
+/// One waiter's wake-up flags and waker.
+struct Slot {
+    /// A release (or reconnect) reached this waiter since its last mark. Set under the channel
+    /// map's mutex; cleared by the waiter.
+    woken: AtomicBool,
+    /// A wake was consumed by a mark and the try after it has not reported "held" yet.
+    owed: AtomicBool,
+    notify: Notify,
+    /// Wake-one (FIFO) or every message (Redlock).
+    fifo: bool,
+}
+
+impl Slot {
+    fn wake(&self) {
+        self.woken.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Woken and not yet done with the try that follows.
+    fn busy(&self) -> bool {
+        self.woken.load(Ordering::Acquire) || self.owed.load(Ordering::Acquire)
+    }
+}
+
+struct Chan {
+    refs: usize,
+    subscribed: bool,
+    idle_since: Option<Instant>,
+    /// Registered waiters in arrival order (keys increase).
+    waiters: BTreeMap<u64, Arc<Slot>>,
+    /// Signalled whenever a woken FIFO waiter finishes its try or leaves, and on every message
+    /// (see [`Subscription::turn`]).
+    turn: Arc<Notify>,
+    /// Messages delivered so far, and the count that the last release sent by this client will
+    /// reach once its own message arrives (Redis sends a connection's own message right after
+    /// the script's reply, so the releaser sees its reply first).
+    delivered: u64,
+    expect: u64,
+}
+
+impl Chan {
+    /// One release message: every broadcast waiter, and the oldest FIFO waiter without a
+    /// pending wake.
+    fn deliver(&mut self) {
+        self.delivered += 1;
+        self.turn.notify_waiters();
+        let mut fifo_done = false;
+        for slot in self.waiters.values() {
+            if !slot.fifo {
+                slot.wake();
+            } else if !fifo_done && !slot.woken.load(Ordering::Acquire) {
+                slot.wake();
+                fifo_done = true;
+            }
+        }
+    }
+
+    /// The next FIFO waiter without a pending wake gets one (a wake handed on).
+    fn pass_on(&self) {
+        if let Some(slot) = self.waiters.values().find(|s| s.fifo && !s.woken.load(Ordering::Acquire)) {
+            slot.wake();
+        }
+    }
+
+    fn wake_all(&self) {
+        for slot in self.waiters.values() {
+            slot.wake();
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Notifier {
+    channels: Mutex<HashMap<Vec<u8>, Chan>>,
+    next_id: std::sync::atomic::AtomicU64,
+    /// Serialises SUBSCRIBE/UNSUBSCRIBE so they reach the server in decision order.
+    ops: tokio::sync::Mutex<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Notifier {
+    /// Called by the connection driver for every push; must not block.
+    pub fn on_push(&self, info: PushInfo) {
+        match info.kind {
+            PushKind::Message | PushKind::SMessage => {
+                let name = match info.data.first() {
+                    Some(Value::BulkString(b)) => b.as_slice(),
+                    _ => return,
+                };
+                if let Some(chan) = lock(&self.channels).get_mut(name) {
+                    chan.deliver();
+                }
+            }
+            PushKind::Disconnection => {
+                for chan in lock(&self.channels).values_mut() {
+                    chan.delivered = chan.delivered.max(chan.expect);
+                    chan.wake_all();
+                    chan.turn.notify_waiters();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A wake-one subscription to `channel` if the connection is already subscribed (no I/O).
+    pub fn peek(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
+        self.peek_mode(channel, true)
+    }
+
+    /// Like [`Self::peek`], but every release message wakes this waiter (Redlock).
+    pub fn peek_all(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
+        self.peek_mode(channel, false)
+    }
+
+    fn peek_mode(self: &Arc<Self>, channel: &[u8], fifo: bool) -> Option<Subscription> {
+        let mut map = lock(&self.channels);
+        let chan = map.get_mut(channel).filter(|c| c.subscribed)?;
+        Some(self.take_ref(chan, channel, fifo))
+    }
+
+    fn take_ref(self: &Arc<Self>, chan: &mut Chan, channel: &[u8], fifo: bool) -> Subscription {
+        chan.refs += 1;
+        chan.idle_since = None;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot {
+            woken: AtomicBool::new(false),
+            owed: AtomicBool::new(false),
+            notify: Notify::new(),
+            fifo,
+        });
+        chan.waiters.insert(id, slot.clone());
+        Subscription {
+            notifier: self.clone(),
+            channel: channel.to_vec(),
+            id,
+            slot,
+            turn: chan.turn.clone(),
+            granted: false,
+        }
+    }
+
+    /// A wake-one subscription to `channel` (one SUBSCRIBE round trip unless already subscribed).
+    pub async fn subscribe(
+        self: &Arc<Self>,
+        conn: &impl PubSubConn,
+        channel: &[u8],
+        redact: &(dyn Fn(String) -> String + Sync),
+    ) -> Result<Subscription> {
+        self.subscribe_mode(conn, channel, redact, true).await
+    }
+
+    /// Like [`Self::subscribe`], but every release message wakes this waiter (Redlock).
+    pub async fn subscribe_all(
+        self: &Arc<Self>,
+        conn: &impl PubSubConn,
+        channel: &[u8],
+        redact: &(dyn Fn(String) -> String + Sync),
+    ) -> Result<Subscription> {
+        self.subscribe_mode(conn, channel, redact, false).await
+    }
+
+    async fn subscribe_mode(
+        self: &Arc<Self>,
+        conn: &impl PubSubConn,
+        channel: &[u8],
+        redact: &(dyn Fn(String) -> String + Sync),
+        fifo: bool,
+    ) -> Result<Subscription> {
+        let _ops = self.ops.lock().await;
+        let sub = {
+            let mut map = lock(&self.channels);
+            let chan = map.entry(channel.to_vec()).or_insert_with(|| Chan {
+                refs: 0,
+                subscribed: false,
+                idle_since: None,
+                waiters: BTreeMap::new(),
+                turn: Arc::new(Notify::new()),
+                delivered: 0,
+                expect: 0,
+            });
+            let was_subscribed = chan.subscribed;
+            (self.take_ref(chan, channel, fifo), was_subscribed)
+        };
+        let (sub, was_subscribed) = sub;
+        if !was_subscribed {
+            if let Err(e) = conn.clone().subscribe(channel).await {
+                drop(sub);
+                return Err(Error::from_redis(&e, redact));
+            }
+            if let Some(chan) = lock(&self.channels).get_mut(channel) {
+                chan.subscribed = true;
+            }
+        }
+        Ok(sub)
+    }
+
+    /// Before this client sends a release that may delete the hold: the message count so far.
+    pub fn releasing(&self, channel: &[u8]) -> Option<u64> {
+        lock(&self.channels).get(channel).filter(|c| c.subscribed).map(|c| c.delivered)
+    }
+
+    /// The release sent after [`Self::releasing`] returned `before` deleted the hold: its message
+    /// is on the way, and newcomers of this client let the waiter it wakes go first.
+    pub fn released(&self, channel: &[u8], before: u64) {
+        if let Some(c) = lock(&self.channels).get_mut(channel) {
+            c.expect = c.expect.max(before + 1);
+        }
+    }
+
+    /// A waiter leaves. A FIFO waiter that leaves without a grant hands on a wake it holds
+    /// (pending, or owed: consumed by a try that did not report "held"); see the module doc.
+    /// Checked under the map's lock, so a message arriving meanwhile is not lost either.
+    fn drop_ref(&self, channel: &[u8], id: u64, may_pass: bool) {
+        let mut map = lock(&self.channels);
+        if let Some(chan) = map.get_mut(channel) {
+            if let Some(slot) = chan.waiters.remove(&id)
+                && slot.fifo
+            {
+                if may_pass && slot.busy() {
+                    chan.pass_on();
+                }
+                chan.turn.notify_waiters();
+            }
+            chan.refs = chan.refs.saturating_sub(1);
+            if chan.refs == 0 {
+                if chan.subscribed {
+                    chan.idle_since = Some(Instant::now());
+                } else {
+                    map.remove(channel);
+                }
+            }
+        }
+    }
+
+    /// Unsubscribe channels idle for at least `linger`. Runs until the client is dropped.
+    /// `op_timeout` bounds each UNSUBSCRIBE (Redlock: a stopped master must not stall the sweep).
+    pub async fn sweep(
+        this: Weak<Self>,
+        conn: impl PubSubConn,
+        linger: Duration,
+        op_timeout: Option<Duration>,
+    ) {
+        let period = linger.max(Duration::from_millis(100));
+        loop {
+            tokio::time::sleep(period).await;
+            let Some(me) = this.upgrade() else { return };
+            let _ops = me.ops.lock().await;
+            let idle: Vec<Vec<u8>> = {
+                let mut map = lock(&me.channels);
+                let mut idle = Vec::new();
+                for (name, chan) in map.iter_mut() {
+                    let old = chan.idle_since.is_some_and(|t| t.elapsed() >= linger);
+                    if chan.refs == 0 && chan.subscribed && old {
+                        chan.subscribed = false; // peek() no longer hands it out
+                        idle.push(name.clone());
+                    }
+                }
+                idle
+            };
+            for name in idle {
+                let mut c = conn.clone();
+                match op_timeout {
+                    Some(t) => {
+                        let _ = tokio::time::timeout(t, c.unsubscribe(&name)).await;
+                    }
+                    None => {
+                        let _ = c.unsubscribe(&name).await;
+                    }
+                }
+                let mut map = lock(&me.channels);
+                if map.get(&name).is_some_and(|c| c.refs == 0) {
+                    map.remove(&name);
+                }
+            }
+        }
+    }
+}
+
+/// One waiter's place on a release channel.
+pub(crate) struct Subscription {
+    notifier: Arc<Notifier>,
+    channel: Vec<u8>,
+    id: u64,
+    slot: Arc<Slot>,
+    turn: Arc<Notify>,
+    /// The waiter was granted the lock: whatever wake it holds is used.
+    granted: bool,
+}
+
+impl Subscription {
+    /// Call right before each try: [`Self::changed`] then waits for a release after this point.
+    pub fn mark(&mut self) {
+        if self.slot.woken.load(Ordering::Acquire) {
+            self.slot.owed.store(true, Ordering::Release); // set before woken is cleared: busy()
+            self.slot.woken.store(false, Ordering::Release);
+        }
+    }
+
+    /// The try after the last mark found the lock held: its holder's release will wake someone.
+    pub fn held(&mut self) {
+        if self.slot.owed.swap(false, Ordering::AcqRel) {
+            self.turn.notify_waiters();
+        }
+    }
+
+    /// Wait while an older FIFO waiter of this client is woken and has not finished its try (or
+    /// is about to be woken by this client's own release), at most `bound`: a newcomer does not
+    /// barge ahead of the waiter a release just woke (FIFO per lock name within a client). Safe
+    /// to cut short: the caller then simply tries.
+    pub async fn turn(&self, bound: Duration) {
+        if !self.slot.fifo {
+            return;
+        }
+        let wait = async {
+            loop {
+                let notified = self.turn.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if !self.ahead_busy() {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(bound, wait).await;
+    }
+
+    fn ahead_busy(&self) -> bool {
+        let map = lock(&self.notifier.channels);
+        map.get(&self.channel).is_some_and(|c| {
+            let mut older = c.waiters.range(..self.id).map(|(_, s)| s).filter(|s| s.fifo).peekable();
+            older.peek().is_some() && (c.delivered < c.expect || older.any(|s| s.busy()))
+        })
+    }
+
+    /// The try after the last mark was granted: no wake to hand on.
+    pub fn granted(&mut self) {
+        self.granted = true;
+    }
+
+    /// Resolves once a release (or a reconnect) reached this waiter since the last
+    /// [`Self::mark`].
+    pub async fn changed(&mut self) {
+        loop {
+            let notified = self.slot.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.slot.woken.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.notifier.drop_ref(&self.channel, self.id, !self.granted);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CH: &[u8] = b"ferrolock:{t}:released";
+
+    /// A notifier with `CH` marked subscribed (no server: pushes are fed by hand).
+    fn notifier() -> Arc<Notifier> {
+        let n = Arc::new(Notifier::default());
+        lock(&n.channels).insert(
+            CH.to_vec(),
+            Chan {
+                refs: 0,
+                subscribed: true,
+                idle_since: None,
+                waiters: BTreeMap::new(),
+                turn: Arc::new(Notify::new()),
+                delivered: 0,
+                expect: 0,
+            },
+        );
+        n
+    }
+
+    fn message(n: &Notifier) {
+        n.on_push(PushInfo {
+            kind: PushKind::Message,
+            data: vec![Value::BulkString(CH.to_vec()), Value::BulkString(b"k".to_vec())],
+        });
+    }
+
+    fn woken(s: &Subscription) -> bool {
+        s.slot.woken.load(Ordering::Acquire)
+    }
+
+    /// Waiters that tried and found the lock held, in arrival order.
+    fn waiting(n: &Arc<Notifier>, k: usize) -> Vec<Subscription> {
+        (0..k)
+            .map(|_| {
+                let mut s = n.peek(CH).unwrap();
+                s.mark();
+                s.held();
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_message_wakes_the_oldest_waiter_only() {
+        let n = notifier();
+        let subs = waiting(&n, 3);
+        message(&n);
+        assert_eq!(subs.iter().map(woken).collect::<Vec<_>>(), [true, false, false]);
+        // A second message before the first waiter tried goes to the next one.
+        message(&n);
+        assert_eq!(subs.iter().map(woken).collect::<Vec<_>>(), [true, true, false]);
+    }
+
+    #[test]
+    fn a_message_after_the_mark_wakes_the_same_waiter_again() {
+        let n = notifier();
+        let mut subs = waiting(&n, 2);
+        message(&n);
+        subs[0].mark(); // tries now; the release it tries after may be followed by another
+        message(&n);
+        assert!(woken(&subs[0]) && !woken(&subs[1]));
+    }
+
+    #[test]
+    fn a_waiter_leaving_with_a_wake_passes_it_on() {
+        // Pending wake, never tried (timeout, cancellation).
+        let n = notifier();
+        let mut subs = waiting(&n, 3);
+        message(&n);
+        drop(subs.remove(0));
+        assert!(woken(&subs[0]) && !woken(&subs[1]));
+
+        // Consumed by a mark, but the try never reported "held" (cancelled mid-flight).
+        let n = notifier();
+        let mut subs = waiting(&n, 2);
+        message(&n);
+        subs[0].mark();
+        drop(subs.remove(0));
+        assert!(woken(&subs[0]));
+
+        // Control: the try reported "held" (its holder will publish): nothing to hand on.
+        let n = notifier();
+        let mut subs = waiting(&n, 2);
+        message(&n);
+        subs[0].mark();
+        subs[0].held();
+        drop(subs.remove(0));
+        assert!(!woken(&subs[0]));
+
+        // Granted: the wake led to the grant; nothing to hand on either.
+        let n = notifier();
+        let mut subs = waiting(&n, 2);
+        message(&n);
+        subs[0].mark();
+        subs[0].granted();
+        drop(subs.remove(0));
+        assert!(!woken(&subs[0]));
+    }
+
+    #[test]
+    fn a_disconnection_wakes_everyone() {
+        let n = notifier();
+        let subs = waiting(&n, 3);
+        n.on_push(PushInfo { kind: PushKind::Disconnection, data: vec![] });
+        assert!(subs.iter().all(woken));
+    }
+
+    #[test]
+    fn redlock_waiters_see_every_message() {
+        let n = notifier();
+        let fifo = waiting(&n, 2);
+        let all = n.peek_all(CH).unwrap();
+        message(&n);
+        assert!(woken(&fifo[0]) && !woken(&fifo[1]) && woken(&all));
+    }
+
+    #[tokio::test]
+    async fn a_newcomer_lets_the_woken_waiter_try_first() {
+        let n = notifier();
+        let mut subs = waiting(&n, 2);
+        // Nobody woken: a newcomer tries at once.
+        let newcomer = n.peek(CH).unwrap();
+        assert!(!newcomer.ahead_busy());
+        drop(newcomer);
+        // This client released: until its message arrives, and then while the woken waiter
+        // tries, newcomers wait.
+        let before = n.releasing(CH).unwrap();
+        n.released(CH, before);
+        let newcomer = n.peek(CH).unwrap();
+        assert!(newcomer.ahead_busy());
+        message(&n);
+        assert!(newcomer.ahead_busy());
+        subs[0].mark();
+        assert!(newcomer.ahead_busy());
+        subs[0].held();
+        assert!(!newcomer.ahead_busy());
+        // The wait is bounded.
+        message(&n);
+        let t0 = Instant::now();
+        newcomer.turn(Duration::from_millis(20)).await;
+        assert!(t0.elapsed() >= Duration::from_millis(20));
+        drop(subs);
+    }
+
+    #[tokio::test]
+    async fn changed_resolves_for_a_wake_before_or_during_the_wait() {
+        let n = notifier();
+        let mut subs = waiting(&n, 1);
+        message(&n);
+        tokio::time::timeout(Duration::from_secs(1), subs[0].changed()).await.unwrap();
+        subs[0].mark();
+        let n2 = n.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            message(&n2);
+        });
+        tokio::time::timeout(Duration::from_secs(1), subs[0].changed()).await.unwrap();
+    }
+}

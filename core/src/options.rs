@@ -1,0 +1,338 @@
+//! Client and lock options, validated before any I/O.
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// The longest lease or wait accepted (one year): anything longer is a unit mistake.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Options for [`crate::Client::connect`]. Every timeout is set on purpose, never left to the driver.
+#[non_exhaustive]
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// How long to wait for a TCP/TLS connection and handshake. Default 2 s.
+    pub connect_timeout: Duration,
+    /// How long to wait for any one reply. A command that times out may still have run on the
+    /// server: acquisitions that time out are followed by a compare-and-delete. Default 1 s.
+    pub response_timeout: Duration,
+    /// Key prefix; keys are `<prefix>{<name>}` plus suffixes. Default `"ferrolock:"`.
+    pub prefix: String,
+    /// Longest accepted lock name in bytes. Default 64 KiB.
+    pub max_name_len: usize,
+    /// Clock drift allowance: `drift = ttl × drift_factor + drift_min`. Default 0.01.
+    pub drift_factor: f64,
+    /// Fixed part of the drift allowance. Default 2 ms.
+    pub drift_min: Duration,
+    /// Lease used by the watchdog when a lock is created without an explicit TTL. Default 30 s.
+    pub watchdog_ttl: Duration,
+    /// How long a lock's last fencing value is kept after its last grant. Default 7 days.
+    pub fence_retention: Duration,
+    /// Deepest re-entry accepted for one handle. Default 1024.
+    pub max_reentrancy: u32,
+    /// How long a release-channel subscription is kept after its last waiter left, so that
+    /// repeated contention does not pay SUBSCRIBE/UNSUBSCRIBE each time. Default 10 s.
+    pub subscription_linger: Duration,
+    /// Redlock only: how many masters must agree (`None`: a strict majority, `N / 2 + 1`; an even
+    /// `N` needs an explicit value). Must be more than `N / 2`, at most `N`.
+    pub redlock_quorum: Option<usize>,
+    /// Redlock only: how long one master may take to answer one request of a quorum round. Keep
+    /// it far below the TTL. Default 50 ms.
+    pub redlock_node_timeout: Duration,
+    /// Redlock only: after a split vote (no majority for anyone) or an unreachable quorum, wait a
+    /// random time in `[0, redlock_retry_jitter]` before the next round. Default 100 ms.
+    pub redlock_retry_jitter: Duration,
+    /// Redlock only: most requests in flight on one master's connection; beyond it new work is
+    /// shed (counted as that master's "no"). Default 64.
+    pub redlock_max_inflight: usize,
+    /// Certificates for `rediss://` servers. By default the server's chain is checked against
+    /// the system's trust store and its name against the URL's host; there is no way to turn
+    /// verification off (give the server's CA in [`TlsOptions::root_certs_pem`] instead).
+    pub tls: TlsOptions,
+    /// Replica acknowledgement of every grant (single server or Sentinel; not Redlock): after the
+    /// acquire script grants, `WAIT replicas timeout` runs on the same connection, and a grant
+    /// that fewer replicas acknowledged is undone (compare-and-delete) and reported as
+    /// [`ErrorKind::NotReplicated`]. `None` (default): no `WAIT`. See docs/GUARANTEES.md for what
+    /// it does and does not guarantee.
+    pub replica_acks: Option<ReplicaAcks>,
+}
+
+/// How many replicas must acknowledge a grant, and how long to wait for them
+/// ([`ClientOptions::replica_acks`]).
+///
+/// The `WAIT` runs on the client's shared connection: it does not block the server for other
+/// clients, but replies to this client's later commands (other locks' acquires, renewals) queue
+/// behind it for up to `timeout` when a replica is missing. Hence `timeout` must be short: more
+/// than zero (`WAIT 0` would block forever), less than the response timeout, at most 1 s.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaAcks {
+    /// Replicas that must acknowledge (at least 1).
+    pub replicas: u32,
+    /// Longest wait for them (the `WAIT` timeout).
+    pub timeout: Duration,
+}
+
+impl ReplicaAcks {
+    /// `replicas` acknowledgements within `timeout`.
+    pub fn new(replicas: u32, timeout: Duration) -> Self {
+        ReplicaAcks { replicas, timeout }
+    }
+
+    /// The longest accepted `timeout`.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(1);
+
+    fn validate(&self, response_timeout: Duration) -> Result<()> {
+        if self.replicas == 0 {
+            return Err(Error::new(ErrorKind::InvalidConfig, "replica_acks: replicas must be at least 1"));
+        }
+        if self.timeout < Duration::from_millis(1) || self.timeout > Self::MAX_TIMEOUT {
+            return Err(Error::invalid_duration(
+                "replica_acks timeout",
+                "must be at least 1 ms and at most 1 s (it holds up the shared connection)",
+            ));
+        }
+        if self.timeout >= response_timeout {
+            return Err(Error::invalid_duration(
+                "replica_acks timeout",
+                "must be less than response_timeout (the reply to WAIT comes after it)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// TLS settings for `rediss://` URLs (rustls; certificate chain and host name always verified).
+///
+/// Setting any field with a plain `redis://` URL is an [`ErrorKind::InvalidConfig`] error, so a
+/// connection the caller meant to protect never goes out in clear text.
+#[non_exhaustive]
+#[derive(Clone, Default)]
+pub struct TlsOptions {
+    /// PEM certificates of the CAs to trust *instead of* the system's trust store.
+    pub root_certs_pem: Option<Vec<u8>>,
+    /// PEM client certificate chain for mutual TLS (needs `client_key_pem`).
+    pub client_cert_pem: Option<Vec<u8>>,
+    /// PEM private key of the client certificate (never printed).
+    pub client_key_pem: Option<Vec<u8>>,
+}
+
+impl TlsOptions {
+    /// Trust only the CAs in the PEM file at `path` (e.g. `ca.crt` of a private CA).
+    pub fn with_root_ca_file(mut self, path: impl AsRef<std::path::Path>) -> Result<Self> {
+        self.root_certs_pem = Some(read_pem(path.as_ref(), "CA certificate")?);
+        Ok(self)
+    }
+
+    /// Present the client certificate and key in these PEM files (mutual TLS).
+    pub fn with_client_cert_files(
+        mut self,
+        cert: impl AsRef<std::path::Path>,
+        key: impl AsRef<std::path::Path>,
+    ) -> Result<Self> {
+        self.client_cert_pem = Some(read_pem(cert.as_ref(), "client certificate")?);
+        self.client_key_pem = Some(read_pem(key.as_ref(), "client key")?);
+        Ok(self)
+    }
+
+    /// Whether any field is set.
+    pub fn is_set(&self) -> bool {
+        self.root_certs_pem.is_some() || self.client_cert_pem.is_some() || self.client_key_pem.is_some()
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::new(ErrorKind::InvalidConfig, m.to_owned()));
+        if self.client_cert_pem.is_some() != self.client_key_pem.is_some() {
+            return bad("tls: a client certificate needs its key, and a key its certificate");
+        }
+        for (what, pem) in [
+            ("root_certs_pem", &self.root_certs_pem),
+            ("client_cert_pem", &self.client_cert_pem),
+            ("client_key_pem", &self.client_key_pem),
+        ] {
+            if pem.as_ref().is_some_and(|pem| !pem.windows(11).any(|w| w == b"-----BEGIN ")) {
+                return bad(&format!("tls: {what} is not PEM (no -----BEGIN line)"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn read_pem(path: &std::path::Path, what: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        Error::new(ErrorKind::InvalidConfig, format!("cannot read the {what} file {}: {e}", path.display()))
+    })
+}
+
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |v: &Option<Vec<u8>>| if v.is_some() { "set" } else { "unset" };
+        let key = if self.client_key_pem.is_some() { "<redacted>" } else { "unset" };
+        f.debug_struct("TlsOptions")
+            .field("root_certs_pem", &shown(&self.root_certs_pem))
+            .field("client_cert_pem", &shown(&self.client_cert_pem))
+            .field("client_key_pem", &key)
+            .finish()
+    }
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(1),
+            prefix: "ferrolock:".to_owned(),
+            max_name_len: 64 * 1024,
+            drift_factor: 0.01,
+            drift_min: Duration::from_millis(2),
+            watchdog_ttl: Duration::from_secs(30),
+            fence_retention: Duration::from_secs(7 * 24 * 3600),
+            max_reentrancy: 1024,
+            subscription_linger: Duration::from_secs(10),
+            redlock_quorum: None,
+            redlock_node_timeout: Duration::from_millis(50),
+            redlock_retry_jitter: Duration::from_millis(100),
+            redlock_max_inflight: 64,
+            tls: TlsOptions::default(),
+            replica_acks: None,
+        }
+    }
+}
+
+impl ClientOptions {
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::new(ErrorKind::InvalidConfig, m.to_owned()));
+        if self.prefix.contains(['{', '}']) {
+            return bad("prefix must not contain '{' or '}' (they delimit the hash tag)");
+        }
+        if self.max_name_len == 0 {
+            return bad("max_name_len must be at least 1");
+        }
+        if !(self.drift_factor.is_finite() && (0.0..0.5).contains(&self.drift_factor)) {
+            return bad("drift_factor must be a finite number in [0, 0.5)");
+        }
+        if self.max_reentrancy == 0 {
+            return bad("max_reentrancy must be at least 1");
+        }
+        for (name, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("fence_retention", self.fence_retention),
+        ] {
+            if d.is_zero() || d > MAX_DURATION {
+                return Err(Error::invalid_duration(name, "must be > 0 and at most one year"));
+            }
+        }
+        if self.drift_min > Duration::from_secs(60) {
+            return bad("drift_min above one minute");
+        }
+        crate::timing::check_ttl(self, "watchdog_ttl", self.watchdog_ttl)?;
+        if let Some(acks) = &self.replica_acks {
+            acks.validate(self.response_timeout)?;
+        }
+        self.tls.validate()
+    }
+
+    /// Redlock settings for `n` masters; returns the quorum.
+    pub(crate) fn validate_redlock(&self, n: usize) -> Result<usize> {
+        let bad = |m: String| Err(Error::new(ErrorKind::InvalidConfig, m));
+        if n == 0 {
+            return bad("Redlock needs at least one master URL".to_owned());
+        }
+        let quorum = match self.redlock_quorum {
+            Some(q) => q,
+            None if n.is_multiple_of(2) => {
+                return bad(format!(
+                    "{n} masters is an even number: set redlock_quorum explicitly (more than {})",
+                    n / 2
+                ));
+            }
+            None => n / 2 + 1,
+        };
+        if quorum <= n / 2 || quorum > n {
+            return bad(format!(
+                "redlock_quorum {quorum} for {n} masters: it must be a strict majority (more than {}, at most {n})",
+                n / 2
+            ));
+        }
+        if self.redlock_node_timeout.is_zero() || self.redlock_node_timeout > Duration::from_secs(60) {
+            return Err(Error::invalid_duration(
+                "redlock_node_timeout",
+                "must be > 0 and at most one minute",
+            ));
+        }
+        if self.redlock_retry_jitter > Duration::from_secs(60) {
+            return Err(Error::invalid_duration("redlock_retry_jitter", "at most one minute"));
+        }
+        if self.redlock_max_inflight == 0 {
+            return bad("redlock_max_inflight must be at least 1".to_owned());
+        }
+        if self.replica_acks.is_some() {
+            return bad(
+                "replica_acks applies to one master and its replicas; Redlock's masters are independent \
+                 (leave it unset)"
+                    .to_owned(),
+            );
+        }
+        Ok(quorum)
+    }
+}
+
+/// Options for one lock: its lease and whether the watchdog renews it.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockOptions {
+    /// Lease length; `None` uses the client's `watchdog_ttl`.
+    pub ttl: Option<Duration>,
+    /// Keep the lease alive in the background until release (`None`: renew exactly when `ttl`
+    /// is `None`, i.e. a lock without an explicit lease is kept alive by the watchdog).
+    pub renew: Option<bool>,
+}
+
+impl LockOptions {
+    /// A fixed lease: the hold expires `ttl` after each acquire or extend, with no renewal.
+    pub fn lease(ttl: Duration) -> Self {
+        LockOptions { ttl: Some(ttl), renew: Some(false) }
+    }
+
+    /// A lease of `ttl` renewed by the watchdog every `ttl / 3` until release.
+    pub fn renewing(ttl: Duration) -> Self {
+        LockOptions { ttl: Some(ttl), renew: Some(true) }
+    }
+
+    pub(crate) fn resolve(&self, client: &ClientOptions) -> Result<(Duration, bool)> {
+        let ttl = self.ttl.unwrap_or(client.watchdog_ttl);
+        crate::timing::check_ttl(client, "ttl", ttl)?;
+        Ok((ttl, self.renew.unwrap_or(self.ttl.is_none())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redlock_quorum_rules() {
+        let o = ClientOptions::default();
+        assert_eq!(o.validate_redlock(1).unwrap(), 1);
+        assert_eq!(o.validate_redlock(3).unwrap(), 2);
+        assert_eq!(o.validate_redlock(5).unwrap(), 3);
+        for n in [0, 2, 4] {
+            assert_eq!(o.validate_redlock(n).unwrap_err().kind(), ErrorKind::InvalidConfig, "n = {n}");
+        }
+        let with = |q| ClientOptions { redlock_quorum: Some(q), ..ClientOptions::default() };
+        assert_eq!(with(3).validate_redlock(4).unwrap(), 3);
+        assert_eq!(with(4).validate_redlock(4).unwrap(), 4);
+        for (q, n) in [(2, 4), (5, 4), (0, 1), (2, 5)] {
+            assert_eq!(
+                with(q).validate_redlock(n).unwrap_err().kind(),
+                ErrorKind::InvalidConfig,
+                "{q} of {n}"
+            );
+        }
+        let o = ClientOptions { redlock_node_timeout: Duration::ZERO, ..ClientOptions::default() };
+        assert_eq!(o.validate_redlock(3).unwrap_err().kind(), ErrorKind::InvalidDuration);
+        let o = ClientOptions { redlock_retry_jitter: Duration::from_secs(61), ..ClientOptions::default() };
+        assert_eq!(o.validate_redlock(3).unwrap_err().kind(), ErrorKind::InvalidDuration);
+    }
+}

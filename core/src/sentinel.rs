@@ -1,0 +1,411 @@
+//! Redis Sentinel: find the master through the sentinels, and follow a failover by rebuilding the
+//! connection when the master changes.
+//!
+//! URL: `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db]` (sentinel port
+//! 26379 when omitted). The credentials and db are the master's; the sentinels are asked without
+//! credentials.
+//!
+//! A `ConnectionManager` reconnects to the address it was built with, so it does not follow a
+//! failover by itself (docs/TOOLCHAIN). [`SentinelConn`] keeps the current master's manager and
+//! replaces it when the sentinels name another master. It asks them again when a command fails
+//! in a way a failover explains (a `READONLY` reply from a demoted master, a dropped or refused
+//! connection, a timeout), and at once when a sentinel announces `+switch-master` (one RESP3
+//! subscription on one sentinel, moved to the next sentinel if it fails). A new manager is only
+//! used after `ROLE` on it says `master`; it is subscribed to the release channels the old one
+//! had, and every waiter is woken to try again there.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{ConnectionAddr, PushInfo, PushKind, RedisResult, Value};
+
+use crate::client::Target;
+use crate::error::{Error, ErrorKind, Result};
+use crate::notify::Notifier;
+use crate::options::ClientOptions;
+
+const SCHEME: &str = "redis+sentinel://";
+const DEFAULT_PORT: u16 = 26379;
+/// Least time between two lookups triggered by command errors (each opens a connection to a
+/// sentinel; `+switch-master` bypasses it).
+const REFRESH_GAP: Duration = Duration::from_millis(250);
+
+pub(crate) fn is_sentinel_url(url: &str) -> bool {
+    url.get(..SCHEME.len()).is_some_and(|s| s.eq_ignore_ascii_case(SCHEME))
+}
+
+/// A parsed sentinel URL.
+pub(crate) struct SentinelConfig {
+    pub sentinels: Vec<(String, u16)>,
+    pub master: String,
+    /// The master's connection settings (credentials, db); the address is filled in per master.
+    template: redis::ConnectionInfo,
+    pub secrets: Vec<String>,
+}
+
+fn bad_url(why: &str) -> Error {
+    // Never echo the URL: it may carry a password.
+    Error::new(
+        ErrorKind::InvalidUrl,
+        format!("sentinel URL: {why} (expected {SCHEME}host:port[,host:port]/master-name[/db])"),
+    )
+}
+
+impl SentinelConfig {
+    pub fn parse(url: &str, opts: &ClientOptions) -> Result<SentinelConfig> {
+        if opts.tls.is_set() {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "TLS options are set, but TLS through Sentinel is not supported: refusing to connect in clear text",
+            ));
+        }
+        let rest = &url[SCHEME.len()..];
+        let (authority, path) = rest.split_once('/').ok_or_else(|| bad_url("no master name"))?;
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let mut sentinels = Vec::new();
+        for h in hosts.split(',') {
+            let (host, port) = match h.rsplit_once(':') {
+                Some((host, port)) if !host.ends_with(']') || host.starts_with('[') => {
+                    (host, port.parse::<u16>().map_err(|_| bad_url("a sentinel port is not a number"))?)
+                }
+                _ => (h, DEFAULT_PORT),
+            };
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            if host.is_empty() || port == 0 {
+                return Err(bad_url("an empty sentinel address"));
+            }
+            if !sentinels.iter().any(|(h, p)| h == host && *p == port) {
+                sentinels.push((host.to_owned(), port));
+            }
+        }
+        let mut parts = path.trim_end_matches('/').splitn(2, '/');
+        let master = parts.next().unwrap_or("");
+        if master.is_empty() || master.contains(['?', '#']) {
+            return Err(bad_url("no master name"));
+        }
+        let db = match parts.next() {
+            Some(db) => db.parse::<u32>().map_err(|_| bad_url("the db is not a number"))?,
+            None => 0,
+        };
+        let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+        let template = crate::client::parse_url(&format!("redis://{auth}127.0.0.1:6379/{db}"))
+            .map_err(|_| bad_url("cannot parse the credentials"))?;
+        let secrets = crate::client::secrets_of(&template);
+        Ok(SentinelConfig { sentinels, master: master.to_owned(), template, secrets })
+    }
+
+    /// `sentinel(name via host:port, …)` for Debug output.
+    pub fn describe(&self) -> String {
+        let list: Vec<String> = self.sentinels.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+        format!("sentinel({} via {})", self.master, list.join(", "))
+    }
+
+    fn sentinel_client(&self, host: &str, port: u16) -> RedisResult<redis::Client> {
+        let info = self.template.clone().set_addr(ConnectionAddr::Tcp(host.to_owned(), port));
+        let settings = redis::RedisConnectionInfo::default().set_protocol(redis::ProtocolVersion::RESP3);
+        redis::Client::open(info.set_redis_settings(settings))
+    }
+}
+
+struct Current {
+    manager: ConnectionManager,
+    addr: (String, u16),
+}
+
+/// The connection to whichever server the sentinels name as master.
+pub(crate) struct SentinelConn {
+    cfg: SentinelConfig,
+    opts: Arc<ClientOptions>,
+    notifier: Weak<Notifier>,
+    current: RwLock<Current>,
+    /// Release channels subscribed through this connection (resubscribed on a new master).
+    channels: Mutex<BTreeSet<Vec<u8>>>,
+    /// Serialises lookups; the time of the last one.
+    refresh: tokio::sync::Mutex<Option<Instant>>,
+    refresh_queued: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SentinelConn {
+    pub async fn connect(
+        cfg: SentinelConfig,
+        opts: Arc<ClientOptions>,
+        notifier: &Arc<Notifier>,
+    ) -> Result<Arc<SentinelConn>> {
+        let addr = discover(&cfg, &opts).await?;
+        let manager = open_master(&cfg, &opts, notifier, &addr).await?;
+        let me = Arc::new(SentinelConn {
+            cfg,
+            opts,
+            notifier: Arc::downgrade(notifier),
+            current: RwLock::new(Current { manager, addr }),
+            channels: Mutex::new(BTreeSet::new()),
+            refresh: tokio::sync::Mutex::new(None),
+            refresh_queued: AtomicBool::new(false),
+        });
+        tokio::spawn(watch_switch(Arc::downgrade(&me)));
+        Ok(me)
+    }
+
+    pub fn manager(&self) -> ConnectionManager {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).manager.clone()
+    }
+
+    /// The master in use now, `host:port`.
+    pub fn master_addr(&self) -> String {
+        let c = self.current.read().unwrap_or_else(|p| p.into_inner());
+        format!("{}:{}", c.addr.0, c.addr.1)
+    }
+
+    pub fn db(&self) -> i64 {
+        self.cfg.template.redis_settings().db()
+    }
+
+    pub async fn subscribe(self: &Arc<Self>, channel: &[u8]) -> RedisResult<()> {
+        lock(&self.channels).insert(channel.to_vec());
+        let r = self.manager().subscribe(channel).await;
+        if let Err(e) = &r {
+            self.after_error(e);
+        }
+        r
+    }
+
+    pub async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        lock(&self.channels).remove(channel);
+        self.manager().unsubscribe(channel).await
+    }
+
+    /// A command failed: if a failover can explain it, look the master up again (in the
+    /// background, at most one lookup queued).
+    pub fn after_error(self: &Arc<Self>, e: &redis::RedisError) {
+        let failover_like = e.code() == Some("READONLY")
+            || e.code() == Some("MASTERDOWN")
+            || e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout();
+        if failover_like {
+            self.queue_refresh();
+        }
+    }
+
+    /// Replies that are server errors (redis returns them as values) and say the server is no
+    /// longer a master.
+    pub fn after_values(self: &Arc<Self>, values: &[Value]) {
+        let demoted =
+            |v: &Value| matches!(v, Value::ServerError(e) if matches!(e.code(), "READONLY" | "MASTERDOWN"));
+        if values.iter().any(demoted) {
+            self.queue_refresh();
+        }
+    }
+
+    fn queue_refresh(self: &Arc<Self>) {
+        if self.refresh_queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            me.refresh(false).await;
+        });
+    }
+
+    /// Ask the sentinels who the master is; switch to it if it changed.
+    async fn refresh(self: &Arc<Self>, forced: bool) {
+        let mut last = self.refresh.lock().await;
+        self.refresh_queued.store(false, Ordering::Release);
+        if !forced && last.is_some_and(|t| t.elapsed() < REFRESH_GAP) {
+            // Too soon after the last lookup: look again once the gap has passed.
+            let wait = REFRESH_GAP.saturating_sub(last.map_or(Duration::ZERO, |t| t.elapsed()));
+            drop(last);
+            tokio::time::sleep(wait).await;
+            last = self.refresh.lock().await;
+        }
+        *last = Some(Instant::now());
+        let Some(notifier) = self.notifier.upgrade() else { return };
+        let addr = match discover(&self.cfg, &self.opts).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("ferrolock: sentinel lookup failed: {e}");
+                return;
+            }
+        };
+        if self.current.read().unwrap_or_else(|p| p.into_inner()).addr == addr {
+            return;
+        }
+        let manager = match open_master(&self.cfg, &self.opts, &notifier, &addr).await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!("ferrolock: sentinel: new master {}:{} not usable yet: {e}", addr.0, addr.1);
+                return;
+            }
+        };
+        let channels: Vec<Vec<u8>> = lock(&self.channels).iter().cloned().collect();
+        for ch in channels {
+            let _ = manager.clone().subscribe(&ch).await;
+        }
+        tracing::info!("ferrolock: sentinel: master {} is now {}:{}", self.cfg.master, addr.0, addr.1);
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Current { manager, addr };
+        // Waiters try again on the new master (and re-read the holder's lease there).
+        notifier.on_push(PushInfo { kind: PushKind::Disconnection, data: Vec::new() });
+    }
+}
+
+/// The master's address, from the first sentinel that knows it.
+async fn discover(cfg: &SentinelConfig, opts: &ClientOptions) -> Result<(String, u16)> {
+    let mut unknown = 0;
+    let mut last_err = None;
+    for (host, port) in &cfg.sentinels {
+        let ask = async {
+            let client = cfg.sentinel_client(host, *port)?;
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(opts.connect_timeout))
+                .set_response_timeout(Some(opts.response_timeout));
+            let mut c = client.get_multiplexed_async_connection_with_config(&config).await?;
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(&cfg.master)
+                .query_async::<Option<(String, u16)>>(&mut c)
+                .await
+        };
+        match tokio::time::timeout(opts.connect_timeout + opts.response_timeout, ask).await {
+            Ok(Ok(Some(addr))) => return Ok(addr),
+            Ok(Ok(None)) => unknown += 1,
+            Ok(Err(e)) => last_err = Some(Error::from_redis(&e, &|s| s)),
+            Err(_) => last_err = Some(Error::new(ErrorKind::Timeout, "a sentinel did not answer in time")),
+        }
+    }
+    if unknown > 0 && last_err.is_none() {
+        return Err(Error::new(
+            ErrorKind::InvalidConfig,
+            format!("no sentinel knows a master named {:?}", cfg.master),
+        ));
+    }
+    let why = last_err.map(|e| e.to_string()).unwrap_or_default();
+    Err(Error::new(ErrorKind::Connection, format!("no sentinel named the master: {why}")))
+}
+
+/// A manager for `addr`, used only if that server says it is a master.
+async fn open_master(
+    cfg: &SentinelConfig,
+    opts: &ClientOptions,
+    notifier: &Arc<Notifier>,
+    addr: &(String, u16),
+) -> Result<ConnectionManager> {
+    let info = cfg.template.clone().set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
+    let target = Target::from_info(info, &Default::default())?;
+    let mut m = target.manager(opts, Some(opts.response_timeout), notifier).await?;
+    let role: Value = redis::cmd("ROLE")
+        .query_async(&mut m)
+        .await
+        .map_err(|e| Error::from_redis(&e, &|s| crate::client::redact_secrets(&cfg.secrets, s)))?;
+    let is_master = matches!(&role, Value::Array(items)
+        if matches!(items.first(), Some(Value::BulkString(b)) if b == b"master"));
+    if !is_master {
+        return Err(Error::new(
+            ErrorKind::Connection,
+            format!("{}:{} is not a master (a failover is in progress?)", addr.0, addr.1),
+        ));
+    }
+    Ok(m)
+}
+
+/// Listen for `+switch-master` on one sentinel at a time; look the master up at once when it
+/// names ours. Ends when the client is dropped.
+async fn watch_switch(this: Weak<SentinelConn>) {
+    let mut next = 0usize;
+    loop {
+        let (client, timeout) = {
+            let Some(me) = this.upgrade() else { return };
+            let (host, port) = me.cfg.sentinels[next % me.cfg.sentinels.len()].clone();
+            next += 1;
+            (me.cfg.sentinel_client(&host, port), me.opts.connect_timeout)
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PushInfo>();
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_push_sender(tx);
+        let conn = match client {
+            Ok(c) => c.get_multiplexed_async_connection_with_config(&config).await,
+            Err(e) => Err(e),
+        };
+        if let Ok(mut conn) = conn
+            && conn.subscribe("+switch-master").await.is_ok()
+        {
+            loop {
+                tokio::select! {
+                    push = rx.recv() => match push {
+                        Some(p) if p.kind == PushKind::Disconnection => break,
+                        None => break,
+                        Some(p) if p.kind == PushKind::Message => {
+                            // payload: "<name> <old-ip> <old-port> <new-ip> <new-port>"
+                            let ours = match p.data.get(1) {
+                                Some(Value::BulkString(b)) => {
+                                    b.split(|c| *c == b' ').next() == Some(this_master(&this).as_bytes())
+                                }
+                                _ => false,
+                            };
+                            if ours && let Some(me) = this.upgrade() {
+                                me.refresh(true).await;
+                            }
+                        }
+                        Some(_) => {}
+                    },
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                        if this.strong_count() == 0 {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn this_master(this: &Weak<SentinelConn>) -> String {
+    this.upgrade().map(|me| me.cfg.master.clone()).unwrap_or_default()
+}
+
+/// [`ConnectionLike`] over the current master, noting errors a failover explains.
+pub(crate) fn req_command<'a>(
+    s: &'a Arc<SentinelConn>,
+    cmd: &'a redis::Cmd,
+) -> redis::RedisFuture<'a, Value> {
+    Box::pin(async move {
+        let mut m = s.manager();
+        let r = m.req_packed_command(cmd).await;
+        match &r {
+            Err(e) => s.after_error(e),
+            // Server errors come back as values; the caller turns them into errors.
+            Ok(v) => s.after_values(std::slice::from_ref(v)),
+        }
+        r
+    })
+}
+
+pub(crate) fn req_commands<'a>(
+    s: &'a Arc<SentinelConn>,
+    pipeline: &'a redis::Pipeline,
+    offset: usize,
+    count: usize,
+) -> redis::RedisFuture<'a, Vec<Value>> {
+    Box::pin(async move {
+        let mut m = s.manager();
+        let r = m.req_packed_commands(pipeline, offset, count).await;
+        match &r {
+            Err(e) => s.after_error(e),
+            Ok(values) => s.after_values(values),
+        }
+        r
+    })
+}

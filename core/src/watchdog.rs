@@ -1,0 +1,241 @@
+//! The watchdog (DESIGN §6): one scheduler task per client keeps every renewing hold alive and
+//! watches every hold's local deadline.
+//!
+//! Renewals due together go out as one pipeline of owner-checked `extend` scripts, at `ttl / 3`;
+//! renewals due within `ttl / 6` of a due one join its pipeline, so holds fall into step.
+//! A failed or timed-out renewal makes the hold IN_DOUBT and is retried soon; a reply of "not
+//! owner" or a passed local deadline makes it LOST. A hold is unregistered *before* its final
+//! release is sent, and a renewal reply for an unregistered hold is ignored, so the watchdog
+//! never renews after release and never re-creates a lost lock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::client::Backend;
+use crate::hold::Hold;
+use crate::options::ClientOptions;
+use crate::scripts::{EXTEND, is_noscript};
+use crate::timing;
+
+struct Entry {
+    hold: Weak<Hold>,
+    key: Arc<[u8]>,
+    token: Arc<str>,
+    next_due: Instant,
+    in_flight: bool,
+}
+
+struct Shared {
+    entries: Mutex<HashMap<u64, Entry>>,
+    wake: Arc<Notify>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.shared.wake.notify_one();
+    }
+}
+
+pub(crate) struct Due {
+    id: u64,
+    pub hold: Arc<Hold>,
+    pub key: Arc<[u8]>,
+    pub token: Arc<str>,
+    pub ttl: Duration,
+}
+
+/// What one renewal round says about one hold.
+pub(crate) enum Outcome {
+    /// Confirmed (by a quorum, for Redlock).
+    Renewed,
+    /// The server (a majority of masters) says this owner no longer holds it.
+    Refused,
+    /// The script cache was empty: load it and retry at once.
+    Noscript,
+    /// No decision (timeouts, connection trouble, no quorum either way).
+    Failed,
+}
+
+impl Watchdog {
+    /// Start the scheduler on the current runtime.
+    pub fn start(backend: Backend, opts: Arc<ClientOptions>) -> Watchdog {
+        let shared = Arc::new(Shared {
+            entries: Mutex::new(HashMap::new()),
+            wake: Arc::new(Notify::new()),
+            next_id: AtomicU64::new(1),
+        });
+        tokio::spawn(run(Arc::downgrade(&shared), shared.wake.clone(), backend, opts));
+        Watchdog { shared }
+    }
+
+    /// Track `hold`: renew it if `hold.renew`, and mark it lost at its local deadline.
+    pub fn register(&self, hold: &Arc<Hold>, key: Arc<[u8]>, token: Arc<str>) {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let next_due = Instant::now() + hold.ttl() / 3;
+        self.shared
+            .entries()
+            .insert(id, Entry { hold: Arc::downgrade(hold), key, token, next_due, in_flight: false });
+        hold.set_watchdog(id);
+        self.shared.wake.notify_one();
+    }
+
+    /// Stop tracking `hold` (before its release is sent, or when its last guard is dropped).
+    pub fn unregister(&self, hold: &Hold) {
+        if let Some(id) = hold.take_watchdog() {
+            self.shared.entries().remove(&id);
+        }
+    }
+}
+
+async fn run(weak: Weak<Shared>, wake: Arc<Notify>, backend: Backend, opts: Arc<ClientOptions>) {
+    loop {
+        let next = {
+            let Some(shared) = weak.upgrade() else { return };
+            tick(&shared, &backend, &opts)
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(next.into()) => {}
+            _ = wake.notified() => {}
+        }
+    }
+}
+
+/// Mark expired holds lost, send due renewals, and return when to look again.
+///
+/// Batching: when at least one renewal is due, every renewal falling due within the next
+/// `ttl / 6` of its hold goes in the same pipeline (renewing a little early is always safe; the
+/// lease is measured from this send). Holds acquired over a spread of time thus fall into step
+/// after one round and stay in one pipeline per tick, instead of one small pipeline each.
+fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> Instant {
+    let now = Instant::now();
+    let mut next = now + Duration::from_secs(3600);
+    let mut any_due = false;
+    let mut soon: Vec<(u64, Arc<Hold>)> = Vec::new();
+    let mut entries = shared.entries();
+    entries.retain(|&id, e| {
+        let Some(hold) = e.hold.upgrade() else { return false };
+        if hold.is_final() {
+            return false; // state() marks a passed deadline as lost
+        }
+        next = next.min(hold.deadline());
+        if hold.renew && !e.in_flight {
+            if now >= e.next_due {
+                any_due = true;
+                soon.push((id, hold));
+            } else {
+                if now + hold.ttl() / 6 >= e.next_due {
+                    soon.push((id, hold));
+                }
+                next = next.min(e.next_due);
+            }
+        }
+        true
+    });
+    if !any_due {
+        return next;
+    }
+    let mut due = Vec::with_capacity(soon.len());
+    for (id, hold) in soon {
+        if let Some(e) = entries.get_mut(&id) {
+            e.in_flight = true;
+            let ttl = hold.ttl();
+            due.push(Due { id, hold, key: e.key.clone(), token: e.token.clone(), ttl });
+        }
+    }
+    drop(entries);
+    // `next` may name a renewal sent now; the renewal's completion wakes the scheduler anyway.
+    tokio::spawn(renew(shared.clone(), backend.clone(), opts.clone(), due));
+    next
+}
+
+async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, due: Vec<Due>) {
+    let t_send = Instant::now();
+    let outcomes = match &backend {
+        Backend::Single { conn, .. } => single_round(conn.clone(), &due).await,
+        Backend::Quorum(q) => q.clone().renew_round(&due).await,
+    };
+    let now = Instant::now();
+    let mut noscript = false;
+    {
+        let mut entries = shared.entries();
+        for (d, outcome) in due.iter().zip(outcomes) {
+            let Some(e) = entries.get_mut(&d.id) else { continue }; // released meanwhile
+            e.in_flight = false;
+            let retry = now + (d.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+            match outcome {
+                // A confirmation that arrives after the local deadline counts for nothing:
+                // state() has marked the hold lost by then.
+                Outcome::Renewed if !d.hold.is_final() => {
+                    d.hold.renewed(timing::deadline(&opts, t_send, d.ttl), None);
+                    e.next_due = t_send + d.ttl / 3;
+                }
+                Outcome::Renewed => {}
+                Outcome::Refused => {
+                    d.hold.mark_lost("the server no longer holds this owner's lock (renewal refused)");
+                    d.hold.take_watchdog();
+                    entries.remove(&d.id);
+                }
+                Outcome::Noscript => {
+                    noscript = true;
+                    e.next_due = now;
+                }
+                Outcome::Failed => {
+                    d.hold.in_doubt();
+                    e.next_due = retry;
+                }
+            }
+        }
+    }
+    if noscript && let Backend::Single { conn, .. } = &backend {
+        let _ = EXTEND.prepare_invoke().load_async(&mut conn.clone()).await;
+    }
+    shared.wake.notify_one();
+}
+
+/// One pipeline of owner-checked extends on a single server.
+async fn single_round(mut conn: crate::client::Conn, due: &[Due]) -> Vec<Outcome> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for d in due {
+        pipe.cmd("EVALSHA")
+            .arg(EXTEND.get_hash())
+            .arg(1)
+            .arg(&*d.key)
+            .arg(&*d.token)
+            .arg(timing::millis(d.ttl));
+    }
+    let replies: redis::RedisResult<Vec<redis::RedisResult<i64>>> = pipe.query_async(&mut conn).await;
+    match replies {
+        Ok(replies) => replies
+            .iter()
+            .map(|r| match r {
+                Ok(1) => Outcome::Renewed,
+                Ok(_) => Outcome::Refused,
+                Err(err) if is_noscript(err) => Outcome::Noscript,
+                Err(err) => {
+                    tracing::warn!("ferrolock: renewal failed: {}", err.code().unwrap_or("error"));
+                    Outcome::Failed
+                }
+            })
+            .collect(),
+        Err(err) => {
+            tracing::warn!(timeout = err.is_timeout(), "ferrolock: renewal round trip failed");
+            due.iter().map(|_| Outcome::Failed).collect()
+        }
+    }
+}

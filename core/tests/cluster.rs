@@ -1,0 +1,320 @@
+//! Redis Cluster (feature `cluster`): a local 3-master + 3-replica cluster made by the harness
+//! (`redis-server --cluster-enabled yes` × 6, `redis-cli --cluster create --cluster-replicas 1`).
+//! Locks in every slot, waiting by release messages (cluster-wide PUBLISH, see
+//! docs/GUARANTEES.md for why not sharded pub/sub), watchdog
+//! renewals of locks in different slots, a slot migration under a renewing lock (ASK, then MOVED),
+//! and replica promotions under a held lock (`CLUSTER FAILOVER`, then `kill -9` of a master): the
+//! holder keeps it or sees InDoubt/Lost, never Held with the hold gone.
+#![cfg(feature = "cluster")]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState, ReplicaAcks};
+use ferrolock_testkit::RedisCluster;
+
+fn opts() -> ClientOptions {
+    let mut o = ClientOptions::default();
+    o.response_timeout = Duration::from_millis(1000);
+    o
+}
+
+fn key(name: &str) -> String {
+    format!("ferrolock:{{{name}}}")
+}
+
+fn calls(server: &common::RedisServer, command: &str) -> u64 {
+    server.command_calls().get(command).copied().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_a_cluster_with_a_replica_promotion() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let client = Client::connect(&cluster.url(2), opts()).await.expect("connect to the cluster");
+
+    // Locks whose slots are spread over the masters: each hold lives on its slot's master.
+    let names: Vec<String> = (0..9).map(|i| format!("spread-{i}")).collect();
+    let mut masters = std::collections::BTreeSet::new();
+    for name in &names {
+        let g = client.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap().try_acquire().await;
+        let g = g.unwrap().expect("free");
+        let m = cluster.master_of(&key(name));
+        assert_eq!(m.cmd::<i64>(&["EXISTS", &key(name)]), 1);
+        masters.insert(m.port());
+        g.release().await.unwrap();
+        assert_eq!(m.cmd::<i64>(&["EXISTS", &key(name)]), 0);
+    }
+    assert!(masters.len() >= 2, "the names should spread over several masters");
+
+    // Waiting is woken by the release message, long before the holder's lease ends.
+    let holder = client.lock("waited", LockOptions::lease(Duration::from_secs(20))).unwrap();
+    let g = holder.try_acquire().await.unwrap().expect("free");
+    let node = cluster.master_of(&key("waited"));
+    let publish_before = calls(node, "publish");
+    let waiter = {
+        let lock = client.lock("waited", LockOptions::lease(Duration::from_secs(5))).unwrap();
+        tokio::spawn(async move {
+            let g = lock.acquire(Some(Duration::from_secs(10))).await;
+            (Instant::now(), g)
+        })
+    };
+    let start = Instant::now();
+    while node
+        .cmd::<Vec<redis::Value>>(&["PUBSUB", "NUMSUB", &format!("{}:released", key("waited"))])
+        .get(1)
+        .is_none_or(|v| *v == redis::Value::Int(0))
+    {
+        assert!(start.elapsed() < Duration::from_secs(5), "the waiter never subscribed on the lock's node");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released_at = Instant::now();
+    g.release().await.unwrap();
+    let (woke_at, g2) = waiter.await.unwrap();
+    let g2 = g2.expect("the waiter gets the lock");
+    assert!(woke_at - released_at < Duration::from_secs(2), "woken by the lease, not the release message");
+    assert!(calls(node, "publish") > publish_before, "the release did not publish");
+
+    // Control: a hold deleted without a release message leaves the waiter to its lease bound,
+    // so the quick wake above came from the message.
+    let waiter = {
+        let lock = client.lock("waited", LockOptions::lease(Duration::from_secs(5))).unwrap();
+        tokio::spawn(async move { lock.acquire(Some(Duration::from_millis(1500))).await.map(|_| ()) })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: i64 = node.cmd(&["PEXPIRE", &key("waited"), "20000"]);
+    drop(g2);
+    let _: i64 = node.cmd(&["DEL", &key("waited")]);
+    let r = waiter.await.unwrap();
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::AcquireTimeout, "woken without a release message");
+
+    // Renewals of locks in different slots (one pipeline on a single server) keep every hold.
+    let renewing: Vec<_> = {
+        let mut v = Vec::new();
+        for name in &names[..4] {
+            let lock = client.lock(name, LockOptions::renewing(Duration::from_millis(600))).unwrap();
+            v.push(lock.try_acquire().await.unwrap().expect("free"));
+        }
+        v
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for g in &renewing {
+        assert_eq!(g.state(), LockState::Held, "a renewal in another slot failed");
+    }
+    for g in renewing {
+        g.release().await.unwrap();
+    }
+
+    // Slot migration under a held, renewing lock, with a waiter: renewals follow ASK/MOVED to the
+    // new owner, the hold keeps its fence there, and the waiter is woken by the release.
+    let migrated = client.lock("migrated", LockOptions::renewing(Duration::from_millis(900))).unwrap();
+    let guard = migrated.try_acquire().await.unwrap().expect("free");
+    let waiter = {
+        let lock = client.lock("migrated", LockOptions::lease(Duration::from_secs(5))).unwrap();
+        tokio::spawn(async move {
+            let g = lock.acquire(Some(Duration::from_secs(20))).await;
+            (Instant::now(), g)
+        })
+    };
+    let source = cluster.master_of(&key("migrated"));
+    let target = cluster
+        .nodes
+        .iter()
+        .find(|n| {
+            n.port() != source.port() && n.info_field("replication", "role").as_deref() == Some("master")
+        })
+        .expect("another master");
+    let slot = source.cmd::<i64>(&["CLUSTER", "KEYSLOT", &key("migrated")]).to_string();
+    let (source_id, target_id): (String, String) =
+        (source.cmd(&["CLUSTER", "MYID"]), target.cmd(&["CLUSTER", "MYID"]));
+    let _: String = target.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
+    let _: String = source.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+    tokio::time::sleep(Duration::from_millis(400)).await; // renewals while MIGRATING
+    let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    assert!(keys.contains(&key("migrated")), "{keys:?}");
+    let port = target.port().to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+    migrate.extend(keys.iter().map(String::as_str));
+    let _: String = source.cmd(&migrate);
+    tokio::time::sleep(Duration::from_millis(700)).await; // renewals by ASK to the importing node
+    assert!(target.command_calls().get("asking").copied().unwrap_or(0) > 0, "no renewal went by ASK");
+    for n in [target, source] {
+        let _: String = n.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await; // renewals after the MOVED
+    assert_eq!(guard.state(), LockState::Held, "a renewal failed across the slot migration");
+    assert_eq!(target.cmd::<i64>(&["EXISTS", &key("migrated")]), 1);
+    let info = client.inspect("migrated").await.unwrap().expect("held on the new owner");
+    assert_eq!(info.fence, guard.fence());
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (woke_at, g) = waiter.await.unwrap();
+    g.expect("the waiter gets the lock after the migration").release().await.unwrap();
+    assert!(woke_at - released_at < Duration::from_secs(2), "woken by the lease, not the release message");
+
+    // Replica promotion under a held lock.
+    let held = client.lock("promoted", LockOptions::renewing(Duration::from_secs(3))).unwrap();
+    let guard = held.try_acquire().await.unwrap().expect("free");
+    let old_master = cluster.master_of(&key("promoted"));
+    let replica = cluster.replica_of(old_master);
+    let waiter = {
+        let lock = client.lock("promoted", LockOptions::lease(Duration::from_secs(5))).unwrap();
+        tokio::spawn(async move { lock.acquire(Some(Duration::from_secs(20))).await })
+    };
+    let _: String = replica.cmd(&["CLUSTER", "FAILOVER"]);
+    replica.wait_for(Duration::from_secs(15), "the replica to be promoted", |r| {
+        r.info_field("replication", "role").as_deref() == Some("master")
+    });
+    // Two renewal periods later the holder still holds it on the new master, or says it may not.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    match guard.state() {
+        LockState::Held => {
+            let info = client.inspect("promoted").await.unwrap();
+            let info = info.expect("Held, but the hold is gone after the promotion");
+            assert_eq!(info.fence, guard.fence());
+            assert_eq!(replica.cmd::<i64>(&["EXISTS", &key("promoted")]), 1);
+        }
+        LockState::InDoubt | LockState::Lost => eprintln!("holder reports {:?}", guard.state()),
+        other => panic!("unexpected state {other:?}"),
+    }
+    // A coordinated failover loses no write: the lock is in fact kept.
+    assert_eq!(guard.state(), LockState::Held);
+    // The waiter subscribed before the promotion still gets the lock after the release.
+    guard.release().await.unwrap();
+    let g = waiter.await.unwrap().expect("the waiter gets the lock after the promotion");
+    g.release().await.unwrap();
+    // And new locks in that slot work on the new master.
+    let g = client.lock("promoted", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let g = g.acquire(Some(Duration::from_secs(5))).await.unwrap();
+    assert_eq!(replica.cmd::<i64>(&["EXISTS", &key("promoted")]), 1);
+    g.release().await.unwrap();
+    let info = client.force_unlock("promoted").await.unwrap();
+    assert!(info.is_none());
+
+    // An uncoordinated failover: kill -9 the master of a held lock; its replica takes over after
+    // the node timeout. Writes it had not received are lost, so the holder may keep the lock or
+    // learn it may not — never Held with the hold gone.
+    let held = client.lock("killed", LockOptions::renewing(Duration::from_secs(3))).unwrap();
+    let guard = held.try_acquire().await.unwrap().expect("free");
+    let (dead, heir) = {
+        let m = cluster.master_of(&key("killed"));
+        (m.port(), cluster.replica_of(m).port())
+    };
+    let i = cluster.nodes.iter().position(|n| n.port() == dead).unwrap();
+    cluster.nodes[i].kill9();
+    let heir = cluster.nodes.iter().find(|n| n.port() == heir).unwrap();
+    heir.wait_for(Duration::from_secs(20), "the replica to take over", |r| {
+        r.info_field("replication", "role").as_deref() == Some("master")
+    });
+    tokio::time::sleep(Duration::from_millis(2200)).await; // two renewal periods on the heir
+    match guard.state() {
+        LockState::Held => {
+            let info = client.inspect("killed").await.unwrap();
+            assert_eq!(info.expect("Held, but the hold is gone after the failover").fence, guard.fence());
+        }
+        LockState::InDoubt | LockState::Lost => eprintln!("holder reports {:?}", guard.state()),
+        other => panic!("unexpected state {other:?}"),
+    }
+    let _ = guard.release().await;
+    let g = client.lock("killed", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let g = g.acquire(Some(Duration::from_secs(10))).await.expect("the slot works on the heir");
+    assert_eq!(heir.cmd::<i64>(&["EXISTS", &key("killed")]), 1);
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_urls_and_options_are_checked() {
+    for url in ["redis+cluster://127.0.0.1", "redis+cluster://127.0.0.1:1/0", "redis+cluster://:1"] {
+        let e = Client::connect(url, opts()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{url}: {e}");
+    }
+    let mut o = opts();
+    o.replica_acks = Some(ReplicaAcks::new(1, Duration::from_millis(100)));
+    let e = Client::connect("redis+cluster://127.0.0.1:1", o).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    let mut o = opts();
+    o.connect_timeout = Duration::from_millis(200);
+    let e = Client::connect("redis+cluster://:s3cret-pw@127.0.0.1:1", o).await.unwrap_err();
+    assert!(e.kind().is_transient(), "{e}");
+    assert!(!format!("{e} {e:?}").contains("s3cret-pw"));
+}
+
+/// Regression: redis 1.8.1 resubscribes a cluster node to all its tracked channels as one
+/// `SUBSCRIBE c1 … cN` that expects one reply; the N−1 extra confirmations were read as the
+/// replies of the next commands on that node's connection. Two waiters subscribe to two channels
+/// of one master, the client's connections to it are killed (the driver reconnects and
+/// resubscribes), and locks on that master keep being acquired and released meanwhile: every
+/// reply must be the script's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resubscription_does_not_shift_script_replies() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::connect(&cluster.url(1), opts()).await.expect("connect to the cluster");
+    // Lock names whose slots share one master: two waited on, four busy.
+    let port = cluster.master_of(&key("resub-0")).port();
+    let names: Vec<String> = (0..200)
+        .map(|i| format!("resub-{i}"))
+        .filter(|n| cluster.master_of(&key(n)).port() == port)
+        .take(6)
+        .collect();
+    assert_eq!(names.len(), 6);
+    let node = cluster.master_of(&key(&names[0]));
+    let mut held = Vec::new();
+    let mut waiters = Vec::new();
+    for name in &names[..2] {
+        let g = client.lock(name, LockOptions::lease(Duration::from_secs(30))).unwrap().try_acquire().await;
+        held.push(g.unwrap().expect("free"));
+        let lock = client.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+        waiters
+            .push(tokio::spawn(async move { lock.acquire(Some(Duration::from_secs(60))).await.map(|_| ()) }));
+    }
+    let start = Instant::now();
+    while node.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]).len() < 2 {
+        assert!(start.elapsed() < Duration::from_secs(5), "the waiters never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut busy = Vec::new();
+    for name in &names[2..] {
+        let (client, stop, name) = (client.clone(), stop.clone(), name.clone());
+        busy.push(tokio::spawn(async move {
+            let lock = client.lock(&name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+            let mut rounds = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                // The connection kills may fail a command (transient), make a release's outcome
+                // unknown (a retry then finds the hold gone: LOST) or leave a hold to its lease
+                // (busy); a reply read for another command shows up as PROTOCOL.
+                let released = match lock.try_acquire().await {
+                    Ok(Some(g)) => g.release().await,
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = released {
+                    assert_ne!(e.kind(), ErrorKind::Protocol, "{name}: a shifted reply: {e}");
+                }
+                rounds += 1;
+            }
+            rounds
+        }));
+    }
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let _: redis::Value = node.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+        let _: redis::Value = node.cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for b in busy {
+        assert!(b.await.expect("a busy task panicked") > 0);
+    }
+    for g in held {
+        let _ = g.release().await;
+    }
+    for w in waiters {
+        if let Err(e) = w.await.unwrap() {
+            assert_ne!(e.kind(), ErrorKind::Protocol, "a waiter: a shifted reply: {e}");
+        }
+    }
+}

@@ -1,0 +1,713 @@
+//! Redlock over 5 real redis-server masters (issue 3, tests 1–7, plus configuration checks).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState};
+use ferrolock_testkit::start_many;
+use redis::AsyncCommands;
+
+async fn redlock_with(servers: &[RedisServer], opts: ClientOptions) -> Client {
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    Client::connect_redlock(&urls, opts).await.expect("connect_redlock")
+}
+
+async fn redlock(servers: &[RedisServer]) -> Client {
+    redlock_with(servers, ClientOptions::default()).await
+}
+
+/// Options for tests without faults: a per-master timeout that a loaded CI machine (debug build,
+/// 2 cores shared) does not trip by accident.
+fn calm() -> ClientOptions {
+    let mut o = ClientOptions::default();
+    o.redlock_node_timeout = Duration::from_millis(250);
+    o
+}
+
+async fn data_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let c = redis::Client::open(server.url()).unwrap();
+    c.get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Read-modify-write with a gap, so that two overlapping critical sections lose an update.
+async fn rmw(conn: &mut redis::aio::MultiplexedConnection) {
+    let v: i64 = conn.get("ctr").await.unwrap_or(0);
+    tokio::time::sleep(Duration::from_micros(200)).await;
+    let _: () = conn.set("ctr", v + 1).await.unwrap();
+}
+
+fn holds(server: &RedisServer, name: &str) -> bool {
+    let n: i64 = server.cmd(&["EXISTS", &format!("ferrolock:{{{name}}}")]);
+    n == 1
+}
+
+/// Commands that clients sent to `server` (scripts' inner commands are not counted).
+fn sent(server: &RedisServer) -> u64 {
+    client_calls(server)
+}
+
+// 1. 8 clients × 200 acquisitions over 5 masters: no overlap, exact count, increasing fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_no_overlap_exact_count_increasing_fences() {
+    let servers = start_many(5);
+    let resource = RedisServer::start();
+    let (workers, per) = (8, 200);
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let client = redlock(&servers).await;
+        let mut data = data_conn(&resource).await;
+        let (inside, overlaps, fences) = (inside.clone(), overlaps.clone(), fences.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock("contended", LockOptions::lease(Duration::from_secs(5))).unwrap();
+            for _ in 0..per {
+                let g = lock.acquire(Some(Duration::from_secs(60))).await.unwrap();
+                assert!(g.remaining() > Duration::ZERO);
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                fences.lock().unwrap().push(g.fence());
+                rmw(&mut data).await;
+                inside.store(false, Ordering::SeqCst);
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    eprintln!("8 × 200 Redlock acquisitions in {:?}", t0.elapsed());
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    let ctr: i64 = resource.cmd(&["GET", "ctr"]);
+    assert_eq!(ctr, workers * per);
+    let f = fences.lock().unwrap().clone();
+    assert_eq!(f.len() as i64, workers * per);
+    assert!(f.windows(2).all(|w| w[0] < w[1]), "fences not strictly increasing in grant order");
+    for s in &servers {
+        assert!(!holds(s, "contended"), "a hold was left on a master");
+    }
+
+    // Control: the same workload without the lock loses updates.
+    let _: () = resource.cmd(&["SET", "ctr", "0"]);
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let mut data = data_conn(&resource).await;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                rmw(&mut data).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let ctr: i64 = resource.cmd(&["GET", "ctr"]);
+    assert!(ctr < workers * 20, "control run lost no updates: the check cannot fail");
+}
+
+// 2. One master SIGSTOPped, per-master timeout 5 s: acquisitions stay fast, commands do not
+//    pile up on the stopped master, and nothing lingers there after SIGCONT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_stopped_master_adds_no_latency_and_no_backlog() {
+    let servers = start_many(5);
+    let mut opts = ClientOptions::default();
+    opts.redlock_node_timeout = Duration::from_secs(5);
+    let clients = [redlock_with(&servers, opts.clone()).await, redlock_with(&servers, opts).await];
+    let ttl = Duration::from_secs(3);
+    let stopped = &servers[4];
+    let before = sent(stopped);
+    stopped.pause();
+    let t_pause = Instant::now();
+    let (per, mut worst) = (150, Duration::ZERO);
+    for i in 0..per {
+        let lock = clients[i % 2].lock("s1", LockOptions::lease(ttl)).unwrap();
+        let t = Instant::now();
+        let g = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+        worst = worst.max(t.elapsed());
+        g.release().await.unwrap();
+    }
+    let spent = t_pause.elapsed();
+    eprintln!("{per} acquisitions with one master stopped: worst {worst:?}, total {spent:?}");
+    assert!(worst < Duration::from_millis(500), "an acquisition waited on the stopped master: {worst:?}");
+    assert!(spent < Duration::from_secs(4), "the stopped master's timeout leaked into latency: {spent:?}");
+    stopped.resume();
+    // Whatever was queued runs now; then the master must go quiet (nothing left queued).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = sent(stopped);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = sent(stopped);
+    let ran = after - before;
+    eprintln!("commands that reached the stopped master: {ran} (for {per} acquisitions)");
+    // Per client a few acquires reach a master that stopped answering (those sent before two
+    // of them are overdue), plus their releases; each may need a NOSCRIPT reload (3 commands).
+    // Without shedding it would be 150 × 2 × 3 = 900, growing with every acquisition.
+    assert!(ran <= 40, "{ran} commands piled up on the stopped master for {per} acquisitions");
+    assert!(later - after <= 2, "commands still trickling in after resume: {}", later - after);
+    assert!(!holds(stopped, "s1"), "a hold lingers on the resumed master");
+    for s in &servers {
+        assert!(!holds(s, "s1"));
+    }
+    // The resumed master takes part again.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let b = sent(stopped);
+    let g = clients[0].lock("s1", LockOptions::lease(ttl)).unwrap().acquire(None).await.unwrap();
+    g.release().await.unwrap();
+    assert!(sent(stopped) > b, "the resumed master was never used again");
+}
+
+// 2b. One handle reused across many pairs while a master is stopped (the bench's W3 shape): its
+//     first acquires reached that master, so its releases must go there too, but only one per
+//     acquire that may have landed, not one per call piling up behind the stopped process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_handle_piles_up_no_releases_on_a_stopped_master() {
+    let servers = start_many(5);
+    let mut opts = ClientOptions::default();
+    opts.redlock_node_timeout = Duration::from_millis(100);
+    let client = redlock_with(&servers, opts).await;
+    let lock = client.lock("s2", LockOptions::lease(Duration::from_secs(3))).unwrap();
+    lock.try_acquire().await.unwrap().unwrap().release().await.unwrap(); // touches every master
+    let stopped = &servers[4];
+    let before = sent(stopped);
+    stopped.pause();
+    let per = 300;
+    for _ in 0..per {
+        let g = lock.try_acquire().await.unwrap().expect("a quorum of four grants");
+        g.release().await.unwrap();
+    }
+    stopped.resume();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ran = sent(stopped) - before;
+    eprintln!("commands that reached the stopped master: {ran} (one handle, {per} pairs)");
+    // A few acquires sent before the master counts as lagging, their undos or releases, one
+    // NOSCRIPT reload maybe, PING probes. Without the shedding: one release per pair (300+).
+    assert!(ran <= 40, "{ran} commands piled up on the stopped master for {per} pairs");
+    assert!(!holds(stopped, "s2"), "a hold lingers on the resumed master");
+}
+
+// 3. Three of five stopped: a typed quorum error within the caller's wait, and no partial hold
+//    anywhere once the masters resume (TTL 30 s, so expiry cannot hide a leftover).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_stopped_gives_quorum_error_and_no_partial_holds() {
+    let servers = start_many(5);
+    let client = redlock(&servers).await;
+    let lock = client.lock("q3", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    for s in &servers[2..] {
+        s.pause();
+    }
+    let t0 = Instant::now();
+    let err = lock.acquire(Some(Duration::from_millis(800))).await.unwrap_err();
+    let took = t0.elapsed();
+    assert_eq!(err.kind(), ErrorKind::QuorumNotReached, "{err}");
+    assert!(took < Duration::from_millis(800 + 400), "quorum error after {took:?}");
+    let err = lock.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::QuorumNotReached);
+    // Partial grants on the two live masters were undone at once.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!holds(&servers[0], "q3") && !holds(&servers[1], "q3"), "partial hold on a live master");
+    for s in &servers[2..] {
+        s.resume();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (i, s) in servers.iter().enumerate() {
+        assert!(!holds(s, "q3"), "partial hold left on master {i} after resume");
+    }
+    // Control: a raw acquire on one master without the undo does leave a hold there.
+    let mut raw = data_conn(&servers[0]).await;
+    let _: redis::Value = redis::Script::new(include_str!("../scripts/acquire.lua"))
+        .key("ferrolock:{q3}")
+        .key("ferrolock:{q3}:fence")
+        .arg("raw-token")
+        .arg(30_000)
+        .arg(60_000)
+        .arg(10)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(holds(&servers[0], "q3"), "control: the check cannot see a partial hold");
+    let _: () = servers[0].cmd(&["DEL", "ferrolock:{q3}"]);
+    // Everything works again after the resume.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let g = lock.acquire(Some(Duration::from_secs(3))).await.unwrap();
+    g.release().await.unwrap();
+}
+
+// 4. kill -9 of one master and an immediate restart without persistence, during a run:
+//    fences stay unique and increasing in grant order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill9_restart_keeps_fences_unique_and_increasing() {
+    let mut servers = start_many(5);
+    let stop = Arc::new(AtomicBool::new(false));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let client = redlock(&servers).await;
+        let (stop, fences, inside, overlaps) =
+            (stop.clone(), fences.clone(), inside.clone(), overlaps.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock("k9", LockOptions::lease(Duration::from_secs(2))).unwrap();
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let g = lock.acquire(Some(Duration::from_secs(10))).await.unwrap();
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                fences.lock().unwrap().push(g.fence());
+                tokio::time::sleep(Duration::from_micros(300)).await;
+                inside.store(false, Ordering::SeqCst);
+                let _ = g.release().await; // a master may vanish mid-release
+                n += 1;
+            }
+            n
+        }));
+    }
+    for round in 0..4 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let victim = round % 5;
+        let before: Option<String> = servers[victim].cmd(&["GET", "ferrolock:{k9}:fence"]);
+        tokio::task::block_in_place(|| {
+            servers[victim].kill9();
+            servers[victim].restart();
+        });
+        // The fault bites: the restarted master forgot its fence counter.
+        let after: Option<String> = servers[victim].cmd(&["GET", "ferrolock:{k9}:fence"]);
+        assert!(before.is_some(), "master {victim} never took part before the kill");
+        assert!(after.is_none() || after != before, "master {victim} kept its counter across kill -9");
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    let f = fences.lock().unwrap().clone();
+    eprintln!("{total} acquisitions across 4 kill -9 restarts");
+    assert!(total > 40, "too few acquisitions to mean anything: {total}");
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert!(f.windows(2).all(|w| w[0] < w[1]), "fences not unique and increasing across restarts");
+}
+
+// 5. The fencing counterexample (DESIGN §3): counters A = X+10, B..E = X+5 (X above the server
+//    clock, so the stored values decide). A grant on {A,B,C} then one on {C,D,E} must give a
+//    larger second token. Control: the same two grants without the write-back go backwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fence_write_back_fixes_the_counterexample() {
+    let servers = start_many(5);
+    let x: u64 = 1 << 52; // about 4.5e15 µs: far above the server TIME floor (about 1.8e15)
+    let set_counters = |name: &str| {
+        for (i, s) in servers.iter().enumerate() {
+            let v = if i == 0 { x + 10 } else { x + 5 };
+            let _: () = s.cmd(&["SET", &format!("ferrolock:{{{name}}}:fence"), &v.to_string()]);
+        }
+    };
+
+    // Control first: raw scripts, max over each majority, no write-back.
+    set_counters("cx-control");
+    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
+    let release = redis::Script::new(include_str!("../scripts/release.lua"));
+    let grant = |members: &[usize], token: &str| -> u64 {
+        let mut best = 0;
+        for &i in members {
+            let mut c = servers[i].conn().unwrap();
+            let v: redis::Value = script
+                .key("ferrolock:{cx-control}")
+                .key("ferrolock:{cx-control}:fence")
+                .arg(token)
+                .arg(10_000)
+                .arg(60_000)
+                .arg(10)
+                .invoke(&mut c)
+                .unwrap();
+            let redis::Value::Array(items) = v else { panic!("acquire reply") };
+            let fence: u64 = redis::from_redis_value(items[1].clone()).unwrap();
+            best = best.max(fence);
+            let _: i64 = release
+                .key("ferrolock:{cx-control}")
+                .arg(token)
+                .arg("ferrolock:{cx-control}:released")
+                .arg(0)
+                .invoke(&mut c)
+                .unwrap();
+        }
+        best
+    };
+    let c1 = grant(&[0, 1, 2], "t1");
+    let c2 = grant(&[2, 3, 4], "t2");
+    assert_eq!((c1, c2), (x + 11, x + 7));
+    assert!(c2 < c1, "control: without the write-back the second token must go backwards");
+
+    // The library: grant on {A,B,C} (D, E stopped), then on {C,D,E} (A, B stopped).
+    set_counters("cx");
+    let first = redlock(&servers).await;
+    servers[3].pause();
+    servers[4].pause();
+    let g1 =
+        first.lock("cx", LockOptions::lease(Duration::from_secs(10))).unwrap().acquire(None).await.unwrap();
+    let t1 = g1.fence();
+    assert_eq!(t1, x + 11);
+    for s in &servers[1..3] {
+        let stored: String = s.cmd(&["GET", "ferrolock:{cx}:fence"]);
+        assert_eq!(stored, t1.to_string(), "write-back did not raise the counter");
+        let hold_fence: String = s.cmd(&["HGET", "ferrolock:{cx}", "fence"]);
+        assert_eq!(hold_fence, t1.to_string(), "write-back did not set the hold's fence");
+    }
+    g1.release().await.unwrap();
+    servers[3].resume();
+    servers[4].resume();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    servers[0].pause();
+    servers[1].pause();
+    let second = redlock_with(&servers[2..], {
+        let mut o = ClientOptions::default();
+        o.redlock_quorum = Some(3);
+        o
+    })
+    .await;
+    let g2 =
+        second.lock("cx", LockOptions::lease(Duration::from_secs(10))).unwrap().acquire(None).await.unwrap();
+    servers[0].resume();
+    servers[1].resume();
+    assert!(g2.fence() > t1, "second token {} is not above the first {t1}", g2.fence());
+    g2.release().await.unwrap();
+}
+
+// 6. Watchdog over the quorum: a lock without a lease outlives 5 × TTL; with 3 of 5 masters
+//    stopped the holder sees IN_DOUBT, then LOST by its local deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watchdog_over_quorum_renews_then_reports_loss() {
+    let servers = start_many(5);
+    let mut opts = calm();
+    let ttl = Duration::from_millis(600);
+    opts.watchdog_ttl = ttl;
+    let client = redlock_with(&servers, opts).await;
+    let lock = client.lock("wdq", LockOptions::default()).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    tokio::time::sleep(ttl * 5).await;
+    assert_eq!(g.state(), LockState::Held);
+    assert!(g.remaining() > Duration::ZERO);
+    let info = client.inspect("wdq").await.unwrap().expect("renewed lock expired on the masters");
+    assert_eq!(info.fence, g.fence());
+    // Control: a lease of the same length without renewal is gone after 5 × TTL.
+    let lease = client.lock("wdq-lease", LockOptions::lease(ttl)).unwrap();
+    let lg = lease.acquire(Some(Duration::ZERO)).await.unwrap();
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(lg.state(), LockState::Lost);
+    assert!(client.inspect("wdq-lease").await.unwrap().is_none());
+
+    // No renewal reaches any master after release.
+    g.release().await.unwrap();
+    let before: Vec<u64> = servers.iter().map(evalsha_calls).collect();
+    tokio::time::sleep(ttl).await;
+    let after: Vec<u64> = servers.iter().map(evalsha_calls).collect();
+    assert_eq!(before, after, "a renewal reached a master after release");
+
+    // Three of five stopped: IN_DOUBT first, then LOST at the local deadline.
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let mut states = g.watch();
+    for s in &servers[2..] {
+        s.pause();
+    }
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while seen.last() != Some(&LockState::Lost) && t0.elapsed() < Duration::from_secs(3) {
+        if tokio::time::timeout(Duration::from_millis(20), states.changed()).await.is_ok() {
+            seen.push(*states.borrow_and_update());
+        }
+        if g.state() == LockState::Lost && seen.last() != Some(&LockState::Lost) {
+            seen.push(LockState::Lost);
+        }
+    }
+    let lost_after = t0.elapsed();
+    for s in &servers[2..] {
+        s.resume();
+    }
+    assert_eq!(seen.first(), Some(&LockState::InDoubt), "states seen: {seen:?}");
+    assert_eq!(seen.last(), Some(&LockState::Lost), "states seen: {seen:?}");
+    assert!(lost_after <= ttl + Duration::from_millis(200), "LOST reported late: {lost_after:?}");
+    assert_eq!(g.remaining(), Duration::ZERO);
+    assert_eq!(g.ensure(Duration::ZERO).unwrap_err().kind(), ErrorKind::Lost);
+}
+
+// 7. Reentrancy over the quorum and non-owner release, as for the single-node lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentrancy_and_non_owner_over_quorum() {
+    let servers = start_many(5);
+    let client = redlock_with(&servers, calm()).await;
+    let lock = client.lock("req", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let g1 = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let g2 = lock.clone().acquire(Some(Duration::ZERO)).await.unwrap();
+    let g3 = lock.try_acquire().await.unwrap().expect("re-entry");
+    assert_eq!((g1.fence(), g2.fence()), (g3.fence(), g3.fence()));
+    assert_eq!(g3.count(), 3);
+    tokio::time::sleep(Duration::from_millis(50)).await; // stragglers' replies
+    for s in &servers {
+        let count: i64 = s.cmd(&["HGET", "ferrolock:{req}", "count"]);
+        assert_eq!(count, 3, "counts differ across masters");
+    }
+    assert_eq!(client.inspect("req").await.unwrap().unwrap().count, 3);
+
+    // Another handle contends, even on the same client.
+    let other = client.lock("req", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    assert!(other.try_acquire().await.unwrap().is_none());
+
+    // A non-owner's release or extend changes nothing on any master.
+    for s in &servers {
+        let mut raw = data_conn(s).await;
+        let r: i64 = redis::Script::new(include_str!("../scripts/release.lua"))
+            .key("ferrolock:{req}")
+            .arg("not-the-owner")
+            .arg("ferrolock:{req}:released")
+            .arg(0)
+            .invoke_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(r, -1);
+        let e: i64 = redis::Script::new(include_str!("../scripts/extend.lua"))
+            .key("ferrolock:{req}")
+            .arg("not-the-owner")
+            .arg(999_999)
+            .invoke_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(e, 0);
+        let pttl: i64 = s.cmd(&["PTTL", "ferrolock:{req}"]);
+        assert!(pttl <= 10_000);
+    }
+
+    g3.release().await.unwrap();
+    assert_eq!(g1.count(), 2);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for s in &servers {
+        let count: i64 = s.cmd(&["HGET", "ferrolock:{req}", "count"]);
+        assert_eq!(count, 2);
+    }
+    g2.release().await.unwrap();
+    g1.release().await.unwrap();
+    assert!(client.inspect("req").await.unwrap().is_none());
+    // Releasing more times than acquired: NotHeld, and another owner's hold is untouched.
+    let g_other = other.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert_eq!(g1.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+    assert!(client.inspect("req").await.unwrap().is_some(), "over-release deleted another owner's hold");
+    g_other.release().await.unwrap();
+    // A force-unlocked holder finds out (LOST) and cannot touch the new owner's hold.
+    let mine = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert!(client.force_unlock("req").await.unwrap().is_some());
+    let theirs = other.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert!(theirs.fence() > mine.fence());
+    assert_eq!(mine.extend(Duration::from_secs(60)).await.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(mine.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    let info = client.inspect("req").await.unwrap().unwrap();
+    assert_eq!((info.count, info.fence), (1, theirs.fence()));
+    // The owner's extend works by quorum.
+    theirs.extend(Duration::from_secs(20)).await.unwrap();
+    assert!(theirs.remaining() > Duration::from_secs(15));
+    theirs.release().await.unwrap();
+}
+
+// Cancellation and unknown outcomes: an acquire dropped mid-round leaves no hold on any master,
+// and a granted validity never exceeds what the masters will keep (B12/B13).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelled_acquire_leaves_no_ghost_and_validity_is_conservative() {
+    let servers = start_many(5);
+    let mut opts = ClientOptions::default();
+    opts.redlock_node_timeout = Duration::from_secs(2);
+    let client = redlock_with(&servers, opts).await;
+    let lock = client.lock("cancel", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    for s in &servers {
+        let _: () = s.cmd(&["CLIENT", "PAUSE", "500", "ALL"]);
+    }
+    let r = tokio::time::timeout(Duration::from_millis(100), lock.try_acquire()).await;
+    assert!(r.is_err(), "the acquire should still be in flight");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    for (i, s) in servers.iter().enumerate() {
+        assert!(!holds(s, "cancel"), "ghost hold on master {i} after a cancelled acquire");
+    }
+    // The handle works afterwards; its validity is below every master's remaining lease.
+    let g = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    let remaining = g.remaining();
+    let mut pttls = Vec::new();
+    for s in &servers {
+        let p: i64 = s.cmd(&["PTTL", "ferrolock:{cancel}"]);
+        if p > 0 {
+            pttls.push(Duration::from_millis(p as u64));
+        }
+    }
+    assert!(pttls.len() >= 3, "granted on fewer than a quorum: {pttls:?}");
+    pttls.sort();
+    // The quorum-th largest lease bounds what the majority keeps.
+    let majority_keeps = pttls[pttls.len() - 3];
+    assert!(remaining > Duration::ZERO && remaining <= majority_keeps, "{remaining:?} vs {pttls:?}");
+    g.release().await.unwrap();
+}
+
+// Loss is decided by majority: an outsider deleting the hold on 2 of 5 masters changes nothing
+// (renewals still reach a quorum); deleting it on 3 of 5 makes the watchdog report LOST.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn loss_is_decided_by_majority() {
+    let servers = start_many(5);
+    let client = redlock_with(&servers, calm()).await;
+    let ttl = Duration::from_millis(900);
+    let lock = client.lock("maj", LockOptions::renewing(ttl)).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    g.on_lost(move |e| {
+        let _ = tx.send(e.kind());
+    });
+    for s in &servers[..2] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{maj}"]);
+    }
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(g.state(), LockState::Held, "a minority's loss must not lose the lock");
+    assert!(rx.try_recv().is_err());
+    for s in &servers[2..] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{maj}"]);
+    }
+    tokio::time::timeout(ttl, g.lost()).await.expect("majority loss not reported");
+    assert_eq!(rx.recv_timeout(Duration::from_secs(1)).unwrap(), ErrorKind::Lost);
+    assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
+}
+
+// SCRIPT FLUSH on every master mid-run (B17): no user-visible error, renewals keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn script_flush_on_all_masters_is_invisible() {
+    let servers = start_many(5);
+    let errors = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let client = redlock_with(&servers, calm()).await;
+        let (errors, done, stop) = (errors.clone(), done.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock("flush", LockOptions::renewing(Duration::from_millis(300))).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                match lock.acquire(Some(Duration::from_secs(10))).await {
+                    Ok(g) => {
+                        // Long enough for watchdog renewals (pipelines) to meet a flushed cache.
+                        tokio::time::sleep(Duration::from_millis(120)).await;
+                        match g.release().await {
+                            Ok(()) => {
+                                done.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Err(e) => {
+                                eprintln!("release: {e}");
+                                errors.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("acquire: {e}");
+                        errors.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+        }));
+    }
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        for s in &servers {
+            let _: () = s.cmd(&["SCRIPT", "FLUSH"]);
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(errors.load(Ordering::SeqCst), 0);
+    assert!(done.load(Ordering::SeqCst) >= 5, "too few acquisitions: {}", done.load(Ordering::SeqCst));
+    let loads: u64 = servers.iter().map(|s| s.command_calls().get("script|load").copied().unwrap_or(0)).sum();
+    assert!(loads > 0, "control: no script was ever reloaded, so the flush did not bite");
+}
+
+// Configuration: checked before any I/O, with typed errors.
+#[tokio::test]
+async fn redlock_configuration_is_validated() {
+    let servers = start_many(2);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let kind = |r: ferrolock::Result<Client>| r.unwrap_err().kind();
+    let o = ClientOptions::default();
+    assert_eq!(
+        kind(Client::connect_redlock(Vec::<String>::new(), o.clone()).await),
+        ErrorKind::InvalidConfig
+    );
+    // Even N needs an explicit quorum, and a quorum must be a strict majority.
+    assert_eq!(kind(Client::connect_redlock(&urls, o.clone()).await), ErrorKind::InvalidConfig);
+    for q in [0, 1, 3] {
+        let mut o = o.clone();
+        o.redlock_quorum = Some(q);
+        assert_eq!(kind(Client::connect_redlock(&urls, o).await), ErrorKind::InvalidConfig, "quorum {q}");
+    }
+    let mut two = o.clone();
+    two.redlock_quorum = Some(2);
+    let both = Client::connect_redlock(&urls, two).await.unwrap();
+    assert!(both.is_redlock());
+    both.lock("cfg", LockOptions::default()).unwrap().acquire(None).await.unwrap().release().await.unwrap();
+    // The same master twice is not two masters.
+    let dup = [urls[0].clone(), urls[0].clone(), urls[1].clone()];
+    assert_eq!(kind(Client::connect_redlock(&dup, o.clone()).await), ErrorKind::InvalidConfig);
+    let mut bad = o.clone();
+    bad.redlock_node_timeout = Duration::ZERO;
+    assert_eq!(kind(Client::connect_redlock(&urls[..1], bad).await), ErrorKind::InvalidDuration);
+    let mut bad = o.clone();
+    bad.redlock_max_inflight = 0;
+    assert_eq!(kind(Client::connect_redlock(&urls[..1], bad).await), ErrorKind::InvalidConfig);
+    assert_eq!(kind(Client::connect_redlock(["http://x"], o.clone()).await), ErrorKind::InvalidUrl);
+    // N = 1 is fine; fewer reachable masters than the quorum is a typed error.
+    let one = Client::connect_redlock(&urls[..1], o.clone()).await.unwrap();
+    one.lock("cfg", LockOptions::default()).unwrap().acquire(None).await.unwrap().release().await.unwrap();
+    let down = [urls[0].clone(), "redis://127.0.0.1:1".to_owned(), "redis://127.0.0.1:2".to_owned()];
+    assert_eq!(kind(Client::connect_redlock(&down, o).await), ErrorKind::QuorumNotReached);
+}
+
+// Credentials: a wrong password on the masters is AUTH (not a vague quorum error), and no
+// password appears in any error or Debug output.
+#[tokio::test]
+async fn redlock_auth_errors_are_typed_and_redacted() {
+    let servers = start_many(3);
+    let secret = "S3ntinel-rl-91c2";
+    for s in &servers {
+        let _: () = s.cmd(&["ACL", "SETUSER", "alice", "on", &format!(">{secret}"), "~*", "&*", "+@all"]);
+    }
+    let urls = |pw: &str| -> Vec<String> {
+        servers.iter().map(|s| format!("redis://alice:{pw}@127.0.0.1:{}", s.port())).collect()
+    };
+    let client = Client::connect_redlock(urls(secret), calm()).await.unwrap();
+    let g = client.lock("pw", LockOptions::default()).unwrap().acquire(None).await.unwrap();
+    let mut texts = vec![format!("{client:?}"), format!("{g:?}")];
+    g.release().await.unwrap();
+    let e = Client::connect_redlock(urls(&format!("{secret}-wrong")), calm()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+    texts.push(format!("{e} {e:?}"));
+    for t in &texts {
+        assert!(!t.contains(secret), "secret leaked: {t}");
+    }
+    assert!(texts[0].contains("127.0.0.1"), "Debug should still say where: {}", texts[0]);
+}
+
+// The blocking facade has the same constructor.
+#[test]
+fn blocking_redlock() {
+    use ferrolock::blocking;
+    let servers = start_many(3);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let client = blocking::Client::connect_redlock(&urls, calm()).unwrap();
+    assert!(client.is_redlock());
+    let lock = client.lock("blk", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let g = lock.acquire(Some(Duration::from_secs(1))).unwrap();
+    let other = client.lock("blk", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    assert!(other.try_acquire().unwrap().is_none());
+    let f = g.fence();
+    g.release().unwrap();
+    let g2 = other.acquire(Some(Duration::from_secs(1))).unwrap();
+    assert!(g2.fence() > f);
+    g2.release().unwrap();
+    assert!(client.inspect("blk").unwrap().is_none());
+}

@@ -1,0 +1,262 @@
+//! Sentinel: 1 master, 1 replica and 3 sentinels on loopback, with `SENTINEL FAILOVER` forced
+//! while locks are in use. The client follows the failover (locks keep working on the promoted
+//! replica); a holder across the failover keeps its lock or sees InDoubt/Lost, never Held with
+//! the hold gone. The control: a client pinned to the old master's address stops working.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState, ReplicaAcks};
+
+const NAME: &str = "fl-master";
+
+struct Topology {
+    master: RedisServer,
+    replica: RedisServer,
+    sentinels: Vec<RedisServer>,
+}
+
+impl Topology {
+    fn start() -> Topology {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_replica_of(&master, &[]);
+        let sentinels: Vec<RedisServer> =
+            (0..3).map(|_| RedisServer::start_sentinel(&master, NAME, 2)).collect();
+        // A forced failover needs a sentinel that knows the replica and the other sentinels.
+        for s in &sentinels {
+            s.wait_for(Duration::from_secs(15), "the sentinel to see the replica and its peers", |s| {
+                let Ok(mut c) = s.conn() else { return false };
+                let replicas: redis::RedisResult<Vec<redis::Value>> =
+                    redis::cmd("SENTINEL").arg("replicas").arg(NAME).query(&mut c);
+                let peers: redis::RedisResult<Vec<redis::Value>> =
+                    redis::cmd("SENTINEL").arg("sentinels").arg(NAME).query(&mut c);
+                matches!((replicas, peers), (Ok(r), Ok(p)) if r.len() == 1 && p.len() == 2)
+            });
+        }
+        Topology { master, replica, sentinels }
+    }
+
+    fn url(&self) -> String {
+        let list: Vec<String> = self.sentinels.iter().map(|s| format!("127.0.0.1:{}", s.port())).collect();
+        format!("redis+sentinel://{}/{NAME}", list.join(","))
+    }
+
+    fn master_port(&self) -> u16 {
+        let (_, port): (String, u16) = self.sentinels[0].cmd(&["SENTINEL", "get-master-addr-by-name", NAME]);
+        port
+    }
+
+    /// `SENTINEL FAILOVER` (retried while the sentinel has no good replica yet), then wait until
+    /// the sentinels name the replica and it says it is a master.
+    fn failover(&self) {
+        let start = Instant::now();
+        loop {
+            let mut c = self.sentinels[0].conn().expect("sentinel");
+            match redis::cmd("SENTINEL").arg("FAILOVER").arg(NAME).query::<String>(&mut c) {
+                Ok(_) => break,
+                Err(e) => {
+                    assert!(start.elapsed() < Duration::from_secs(15), "SENTINEL FAILOVER: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        let replica_port = self.replica.port();
+        self.sentinels[0].wait_for(Duration::from_secs(20), "the sentinels to name the replica", |_| {
+            self.sentinels.iter().all(|s| {
+                s.cmd::<(String, u16)>(&["SENTINEL", "get-master-addr-by-name", NAME]).1 == replica_port
+            })
+        });
+        self.replica.wait_for(Duration::from_secs(10), "the replica to be promoted", |r| {
+            r.info_field("replication", "role").as_deref() == Some("master")
+        });
+    }
+}
+
+fn opts() -> ClientOptions {
+    let mut o = ClientOptions::default();
+    o.response_timeout = Duration::from_millis(500);
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_follow_a_sentinel_failover() {
+    let topo = Topology::start();
+    assert_eq!(topo.master_port(), topo.master.port());
+    let client = Client::connect(&topo.url(), opts()).await.expect("connect through sentinel");
+    assert_eq!(client.sentinel_master(), Some(format!("127.0.0.1:{}", topo.master.port())));
+    // The holder's grant reached the replica before the failover (replica_acks), and its lease
+    // is longer than the failover takes (renewals sent to the old master between the promotion
+    // and the announcement are lost), so it must survive it.
+    let mut acked = opts();
+    acked.replica_acks = Some(ReplicaAcks::new(1, Duration::from_millis(200)));
+    let holder_client = Client::connect(&topo.url(), acked).await.unwrap();
+    let held = holder_client.lock("across", LockOptions::renewing(Duration::from_millis(4500))).unwrap();
+    let guard = held.try_acquire().await.unwrap().expect("free");
+    let fence = guard.fence();
+    // A second holder whose lease (1.5 s) is about as long as the failover takes: its hold may
+    // expire on the promoted replica before this client switches; then it must say so.
+    let short = holder_client.lock("short", LockOptions::renewing(Duration::from_millis(1500))).unwrap();
+    let short_guard = short.try_acquire().await.unwrap().expect("free");
+    // A worker takes and releases a lock in a loop through the failover.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok_total, ok_after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let switched = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let (client, stop, ok_total, ok_after, switched) =
+            (client.clone(), stop.clone(), ok_total.clone(), ok_after.clone(), switched.clone());
+        tokio::spawn(async move {
+            let lock = client.lock("busy", LockOptions::lease(Duration::from_secs(2))).unwrap();
+            while !stop.load(Ordering::Acquire) {
+                if let Ok(g) = lock.acquire(Some(Duration::from_millis(300))).await
+                    && g.release().await.is_ok()
+                {
+                    ok_total.fetch_add(1, Ordering::Relaxed);
+                    if switched.load(Ordering::Acquire) {
+                        ok_after.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(ok_total.load(Ordering::Relaxed) > 0, "the worker made no progress before the failover");
+
+    // Control: a plain client pinned to the old master's address.
+    let pinned = Client::connect(&topo.master.url(), opts()).await.unwrap();
+
+    let t = Instant::now();
+    // Runs the blocking failover on this thread: the runtime's other worker drives the clients.
+    tokio::task::block_in_place(|| topo.failover());
+    switched.store(true, Ordering::Release);
+    eprintln!("failover done in {:?}", t.elapsed());
+
+    // The client moves to the promoted replica.
+    let new_master = format!("127.0.0.1:{}", topo.replica.port());
+    let start = Instant::now();
+    while client.sentinel_master().as_deref() != Some(new_master.as_str()) {
+        assert!(start.elapsed() < Duration::from_secs(10), "the client did not follow the failover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // New locks work there, and the hold is on the new master.
+    let fresh = client.lock("after", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let g = fresh.acquire(Some(Duration::from_secs(5))).await.expect("lock after failover");
+    assert_eq!(topo.replica.cmd::<i64>(&["EXISTS", "ferrolock:{after}"]), 1);
+    g.release().await.unwrap();
+    let start = Instant::now();
+    while ok_after.load(Ordering::Relaxed) < 3 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the worker made no progress after the failover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Release);
+    worker.await.unwrap();
+
+    // The holder across the failover: after a few renewal periods it is Held with its hold on
+    // the new master, or it knows it is not (InDoubt/Lost). Never Held with the hold gone.
+    tokio::time::sleep(Duration::from_millis(3200)).await; // two renewals on the new master
+    let state = guard.state();
+    let on_new_master = holder_client.inspect("across").await.unwrap();
+    match state {
+        LockState::Held => {
+            let info = on_new_master.expect("Held, but the hold is gone from the new master");
+            assert_eq!(info.fence, fence);
+        }
+        LockState::InDoubt | LockState::Lost => eprintln!("holder reports {state:?}"),
+        other => panic!("unexpected state {other:?}"),
+    }
+    match short_guard.state() {
+        LockState::Held => {
+            let info = holder_client.inspect("short").await.unwrap();
+            assert_eq!(
+                info.expect("Held, but the hold is gone from the new master").fence,
+                short_guard.fence()
+            );
+        }
+        LockState::InDoubt | LockState::Lost => {}
+        other => panic!("unexpected state {other:?}"),
+    }
+    // With the grant replicated before the failover, the lock is in fact kept.
+    assert_eq!(state, LockState::Held, "an acknowledged hold should survive a coordinated failover");
+    guard.release().await.unwrap();
+
+    // Control: the pinned client still talks to the old master, which is (or is about to be)
+    // a replica or a stale master: its grant does not exist on the new master.
+    let pinned_lock = pinned.lock("after", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    match pinned_lock.try_acquire().await {
+        Ok(Some(g)) => {
+            // The old master has not been demoted yet: a split-brain grant the new master
+            // knows nothing about — what following the sentinels avoids.
+            assert_eq!(topo.replica.cmd::<i64>(&["EXISTS", "ferrolock:{after}"]), 0);
+            drop(g);
+        }
+        Ok(None) => panic!("the pinned client saw a holder it should not know about"),
+        Err(e) => {
+            assert!(matches!(e.kind(), ErrorKind::Script | ErrorKind::Connection | ErrorKind::Timeout), "{e}")
+        }
+    }
+}
+
+/// The switch without `+switch-master`: the master is demoted by hand and the sentinel told to
+/// monitor the new one (no announcement). The client's next write gets READONLY, a transient
+/// error that makes it ask the sentinel again; a waiting acquire then succeeds on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readonly_reply_makes_the_client_ask_again() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master, &[]);
+    let sentinel = RedisServer::start_sentinel(&master, NAME, 1);
+    let url = format!("redis+sentinel://127.0.0.1:{}/{NAME}", sentinel.port());
+    let client = Client::connect(&url, opts()).await.unwrap();
+    assert_eq!(client.sentinel_master(), Some(format!("127.0.0.1:{}", master.port())));
+
+    let port = replica.port().to_string();
+    let _: String = replica.cmd(&["REPLICAOF", "NO", "ONE"]);
+    let _: String = master.cmd(&["REPLICAOF", "127.0.0.1", &port]);
+    let _: String = sentinel.cmd(&["SENTINEL", "REMOVE", NAME]);
+    let _: String = sentinel.cmd(&["SENTINEL", "MONITOR", NAME, "127.0.0.1", &port, "1"]);
+
+    let lock = client.lock("readonly", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    // One attempt reaches the demoted master: refused as a transient error, not a grant.
+    match lock.try_acquire().await {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Connection, "{e}"),
+        Ok(g) => assert!(g.is_some() && client.sentinel_master() == Some(format!("127.0.0.1:{port}"))),
+    }
+    let g =
+        lock.acquire(Some(Duration::from_secs(5))).await.expect("acquire after asking the sentinel again");
+    assert_eq!(client.sentinel_master(), Some(format!("127.0.0.1:{port}")));
+    assert_eq!(replica.cmd::<i64>(&["EXISTS", "ferrolock:{readonly}"]), 1);
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_urls_are_checked() {
+    for url in [
+        "redis+sentinel://127.0.0.1:1",
+        "redis+sentinel://127.0.0.1:x/m",
+        "redis+sentinel:///m",
+        "redis+sentinel://127.0.0.1:1/",
+    ] {
+        let e = Client::connect(url, opts()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{url}: {e}");
+    }
+    // No sentinel answers: a connection error that names neither the URL nor its password.
+    let mut o = opts();
+    o.connect_timeout = Duration::from_millis(200);
+    let e = Client::connect("redis+sentinel://:s3cret-pw@127.0.0.1:1/m", o).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+    assert!(!format!("{e} {e:?}").contains("s3cret-pw"));
+    // A sentinel that does not know the name.
+    let master = RedisServer::start();
+    let s = RedisServer::start_sentinel(&master, NAME, 1);
+    let e =
+        Client::connect(&format!("redis+sentinel://127.0.0.1:{}/other", s.port()), opts()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    let c =
+        Client::connect(&format!("redis+sentinel://127.0.0.1:{}/{NAME}", s.port()), opts()).await.unwrap();
+    let g = c.lock("x", LockOptions::lease(Duration::from_secs(1))).unwrap().try_acquire().await.unwrap();
+    g.expect("free").release().await.unwrap();
+    assert!(format!("{c:?}").contains(NAME));
+}

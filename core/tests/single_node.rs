@@ -1,0 +1,547 @@
+//! The single-node lock against real redis-server processes (issue: core, tests 1–11).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{ClientOptions, ErrorKind, LockOptions, LockState};
+use redis::AsyncCommands;
+
+/// Read-modify-write of `ctr` on the server, with a gap between read and write so that any
+/// overlap of two critical sections loses an update.
+async fn rmw(conn: &mut redis::aio::MultiplexedConnection) {
+    let v: i64 = conn.get("ctr").await.unwrap_or(0);
+    tokio::time::sleep(Duration::from_micros(200)).await;
+    let _: () = conn.set("ctr", v + 1).await.unwrap();
+}
+
+async fn data_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let c = redis::Client::open(server.url()).unwrap();
+    c.get_multiplexed_async_connection().await.unwrap()
+}
+
+// 1. 8 clients × 200 acquisitions: no overlap, exact count, fences increasing in grant order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_no_overlap_exact_count_increasing_fences() {
+    let server = RedisServer::start();
+    let (workers, per) = (8, 200);
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let client = connect(&server).await;
+        let mut data = data_conn(&server).await;
+        let (inside, overlaps, fences) = (inside.clone(), overlaps.clone(), fences.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock("contended", LockOptions::lease(Duration::from_secs(5))).unwrap();
+            for _ in 0..per {
+                let g = lock.acquire(Some(Duration::from_secs(30))).await.unwrap();
+                if inside.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                fences.lock().unwrap().push(g.fence());
+                rmw(&mut data).await;
+                inside.store(false, Ordering::SeqCst);
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    let ctr: i64 = server.cmd(&["GET", "ctr"]);
+    assert_eq!(ctr, workers * per);
+    let f = fences.lock().unwrap().clone();
+    assert_eq!(f.len() as i64, workers * per);
+    assert!(f.windows(2).all(|w| w[0] < w[1]), "fences not strictly increasing in grant order");
+
+    // Control: the same workload without the lock must lose updates, or this test proves nothing.
+    let _: () = server.cmd(&["SET", "ctr", "0"]);
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let mut data = data_conn(&server).await;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                rmw(&mut data).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let ctr: i64 = server.cmd(&["GET", "ctr"]);
+    assert!(ctr < workers * 20, "control run lost no updates: the check cannot fail");
+}
+
+// 2. Reentrancy: same fence, count 1 → 3 → 0; non-owners change nothing; over-release is NotHeld.
+#[tokio::test]
+async fn reentrancy_and_non_owner() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let lock = client.lock("re", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let g1 = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let g2 = lock.clone().acquire(Some(Duration::ZERO)).await.unwrap();
+    let g3 = lock.try_acquire().await.unwrap().expect("re-entry");
+    assert_eq!((g1.fence(), g2.fence()), (g3.fence(), g3.fence()));
+    assert_eq!(g3.count(), 3);
+    assert_eq!(client.inspect("re").await.unwrap().unwrap().count, 3);
+
+    // Another handle contends, even on the same client.
+    let other = client.lock("re", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    assert!(other.try_acquire().await.unwrap().is_none());
+
+    // Non-owner release/extend at the protocol level: nothing changes.
+    let before = client.inspect("re").await.unwrap().unwrap();
+    let mut raw = data_conn(&server).await;
+    let released: i64 = redis::Script::new(include_str!("../scripts/release.lua"))
+        .key("ferrolock:{re}")
+        .arg("not-the-owner")
+        .arg("ferrolock:{re}:released")
+        .arg(0)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(released, -1);
+    let extended: i64 = redis::Script::new(include_str!("../scripts/extend.lua"))
+        .key("ferrolock:{re}")
+        .arg("not-the-owner")
+        .arg(999_999)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(extended, 0);
+    let after = client.inspect("re").await.unwrap().unwrap();
+    assert_eq!((after.owner, after.count, after.fence), (before.owner, before.count, before.fence));
+    assert!(after.ttl.unwrap() <= Duration::from_secs(10));
+
+    g3.release().await.unwrap();
+    assert_eq!(g1.count(), 2);
+    g2.release().await.unwrap();
+    assert_eq!(client.inspect("re").await.unwrap().unwrap().count, 1);
+    g1.release().await.unwrap();
+    assert!(client.inspect("re").await.unwrap().is_none());
+    // Releasing more times than acquired: NotHeld, and nothing is deleted.
+    let g_other = other.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert_eq!(g1.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+    assert_eq!(g3.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+    assert!(client.inspect("re").await.unwrap().is_some(), "over-release deleted another owner's hold");
+    // A stale guard of a lost hold cannot touch the new owner's hold either.
+    g_other.release().await.unwrap();
+    let mine = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    client.force_unlock("re").await.unwrap();
+    let theirs = other.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert_eq!(mine.extend(Duration::from_secs(60)).await.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(mine.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    let info = client.inspect("re").await.unwrap().unwrap();
+    assert_eq!((info.count, info.fence), (1, theirs.fence()));
+    assert!(info.ttl.unwrap() <= Duration::from_secs(10), "non-owner extend changed the lease");
+    theirs.release().await.unwrap();
+}
+
+// 3. Fences across SHUTDOWN NOSAVE + restart, across idle expiry, and above 2^50.
+#[tokio::test]
+async fn fences_survive_restart_expiry_and_big_values() {
+    let mut server = RedisServer::start();
+    let mut opts = ClientOptions::default();
+    opts.fence_retention = Duration::from_millis(100);
+    let client = connect_with(&server, opts.clone()).await;
+    let lock = client.lock("f", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        assert!(g.fence() > last);
+        last = g.fence();
+        g.release().await.unwrap();
+    }
+    // Idle expiry of the stored value: the server-time floor keeps order.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(client.last_fence("f").await.unwrap(), None, "retention did not expire");
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert!(g.fence() > last);
+    last = g.fence();
+    g.release().await.unwrap();
+    drop(lock);
+    drop(client);
+
+    // Restart without persistence: everything is gone but fences still increase.
+    server.shutdown_nosave();
+    server.restart();
+    let client = connect_with(&server, opts).await;
+    let lock = client.lock("f", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert!(g.fence() > last, "fence went backwards after restart: {} <= {last}", g.fence());
+    g.release().await.unwrap();
+
+    // Values above 2^50 (and the server clock) round-trip exactly: no %.14g rounding.
+    for big in [(1u64 << 52) + 3, (1u64 << 53) - 10] {
+        let _: () = server.cmd(&["SET", "ferrolock:{big}:fence", &big.to_string()]);
+        let big_lock = client.lock("big", LockOptions::lease(Duration::from_secs(5))).unwrap();
+        let g = big_lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        assert_eq!(g.fence(), big + 1);
+        let stored: String = server.cmd(&["GET", "ferrolock:{big}:fence"]);
+        assert_eq!(stored, (big + 1).to_string());
+        g.release().await.unwrap();
+    }
+}
+
+/// 8 workers contend on one lock, each holding for `hold`; returns client commands per
+/// acquisition. `shared`: the workers are 8 handles of one client (else 8 clients).
+async fn contended_calls_per_acquisition(
+    server: &RedisServer,
+    name: &str,
+    hold: Duration,
+    per: usize,
+    shared: bool,
+) -> f64 {
+    let one = connect(server).await;
+    let before = client_calls(server);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let client = if shared { one.clone() } else { connect(server).await };
+        let name = name.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock(&name, LockOptions::lease(Duration::from_secs(10))).unwrap();
+            for _ in 0..per {
+                let g = lock.acquire(Some(Duration::from_secs(60))).await.unwrap();
+                tokio::time::sleep(hold).await;
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let calls = client_calls(server) - before;
+    calls as f64 / (8 * per) as f64
+}
+
+// 4. Waiters wake on the release message: commands per acquisition stay small and do not grow
+//    with the wait time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_wake_by_notification_not_polling() {
+    let server = RedisServer::start();
+    let short = contended_calls_per_acquisition(&server, "n1", Duration::from_millis(1), 25, false).await;
+    let long = contended_calls_per_acquisition(&server, "n2", Duration::from_millis(40), 25, false).await;
+    eprintln!("8 clients: commands per acquisition: hold 1 ms → {short:.2}, hold 40 ms → {long:.2}");
+    // Each release wakes one waiter per client: about one try per other client, plus release
+    // and (first time) subscribe. A poller would multiply with the 40× longer hold.
+    assert!(short < 12.0 && long < 12.0, "too many commands: {short} / {long}");
+    assert!(long < short * 2.0 + 2.0, "commands grow with wait time: {short} → {long}");
+
+    // One client, 8 handles: each release wakes one waiter (FIFO), not the herd. Per
+    // acquisition: the woken waiter's try, the release, and a newcomer's first try (held).
+    let short = contended_calls_per_acquisition(&server, "n3", Duration::from_millis(1), 25, true).await;
+    let long = contended_calls_per_acquisition(&server, "n4", Duration::from_millis(40), 25, true).await;
+    eprintln!("1 client: commands per acquisition: hold 1 ms → {short:.2}, hold 40 ms → {long:.2}");
+    assert!(short <= 3.5 && long <= 3.5, "a release woke more than one waiter: {short} / {long}");
+
+    // Control: a 1 ms polling waiter on a 40 ms hold shows the growth this test would catch.
+    let client = connect(&server).await;
+    let holder = client.lock("poll", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let g = holder.acquire(None).await.unwrap();
+    let before = evalsha_calls(&server);
+    let poller = client.lock("poll", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let t = tokio::spawn(async move {
+        loop {
+            if let Some(g) = poller.try_acquire().await.unwrap() {
+                return g;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    g.release().await.unwrap();
+    t.await.unwrap().release().await.unwrap();
+    assert!(evalsha_calls(&server) - before > 12, "control: polling was not visible");
+}
+
+// 5. A holder that never releases: the waiter gets the lock after the lease, bounded by PTTL.
+#[tokio::test]
+async fn waiter_takes_over_after_abandoned_lease() {
+    let server = RedisServer::start();
+    let a = connect(&server).await;
+    let b = connect(&server).await;
+    let abandoned = a.lock("ab", LockOptions::lease(Duration::from_millis(600))).unwrap();
+    let g = abandoned.acquire(Some(Duration::ZERO)).await.unwrap();
+    drop(g); // never released: dropping only stops the watchdog
+    let before = evalsha_calls(&server);
+    let t0 = Instant::now();
+    let waiter = b.lock("ab", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let got = waiter.acquire(Some(Duration::from_secs(5))).await.unwrap();
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(300), "took over a live lease after {waited:?}");
+    assert!(waited < Duration::from_secs(3));
+    let tries = evalsha_calls(&server) - before;
+    assert!(tries <= 4, "{tries} acquire calls while waiting: polling");
+    got.release().await.unwrap();
+}
+
+// 6. Watchdog: keeps a lease alive, stops after release, reports loss (DEL, paused server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_renews_stops_and_reports_loss() {
+    let server = RedisServer::start();
+    let mut opts = fast_opts();
+    opts.response_timeout = Duration::from_millis(100);
+    let client = connect_with(&server, opts).await;
+    let ttl = Duration::from_millis(300);
+    let lock = client.lock("wd", LockOptions::renewing(ttl)).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    tokio::time::sleep(ttl * 5).await;
+    assert_eq!(g.state(), LockState::Held);
+    assert!(client.inspect("wd").await.unwrap().is_some(), "renewed lock expired");
+    let before = evalsha_calls(&server);
+    tokio::time::sleep(ttl).await;
+    let during = evalsha_calls(&server) - before;
+    assert!(during >= 2, "control: no renewals seen while held ({during})");
+    g.release().await.unwrap();
+    let before = evalsha_calls(&server);
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(evalsha_calls(&server) - before, 0, "a renewal reached the server after release");
+
+    // An outsider deletes the key: LOST, and the callback fires.
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    g.on_lost(move |e| {
+        let _ = tx.send(e.kind());
+    });
+    let _: () = server.cmd(&["DEL", "ferrolock:{wd}"]);
+    tokio::time::timeout(ttl * 2, g.lost()).await.expect("loss not reported");
+    assert_eq!(g.state(), LockState::Lost);
+    assert_eq!(rx.recv_timeout(Duration::from_secs(1)).unwrap(), ErrorKind::Lost);
+    assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
+
+    // A stopped server: IN_DOUBT first, then LOST at the local deadline; never silently held.
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let mut states = g.watch();
+    server.pause();
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while seen.last() != Some(&LockState::Lost) && t0.elapsed() < Duration::from_secs(3) {
+        if tokio::time::timeout(Duration::from_millis(50), states.changed()).await.is_ok() {
+            seen.push(*states.borrow_and_update());
+        }
+        if g.state() == LockState::Lost && seen.last() != Some(&LockState::Lost) {
+            seen.push(LockState::Lost);
+        }
+    }
+    server.resume();
+    assert_eq!(seen.first(), Some(&LockState::InDoubt), "states seen: {seen:?}");
+    assert_eq!(seen.last(), Some(&LockState::Lost), "states seen: {seen:?}");
+    assert!(t0.elapsed() <= ttl + Duration::from_millis(150), "LOST reported late: {:?}", t0.elapsed());
+    assert_eq!(g.remaining(), Duration::ZERO);
+}
+
+// 7. SCRIPT FLUSH and a server restart mid-run: no user-visible error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn script_flush_and_restart_are_invisible() {
+    let mut server = RedisServer::start();
+    let errors = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let main = connect(&server).await;
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let client = connect(&server).await;
+        let (errors, done, stop) = (errors.clone(), done.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock("sf", LockOptions::renewing(Duration::from_secs(2))).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                match lock.acquire(Some(Duration::from_secs(20))).await {
+                    Ok(g) => {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        match g.release().await {
+                            Ok(()) => {
+                                done.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Err(e) => {
+                                eprintln!("release: {e}");
+                                errors.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("acquire: {e}");
+                        errors.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+        }));
+    }
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+    }
+    // Restart while the main task holds the lock, so every worker is waiting: waiters must ride
+    // out the outage. The holder itself learns its hold is gone (LOST), which is the truth.
+    let held = main.lock("sf", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let g = held.acquire(Some(Duration::from_secs(10))).await.unwrap();
+    let before = done.load(Ordering::SeqCst);
+    server.shutdown_nosave();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart();
+    let t0 = Instant::now();
+    while done.load(Ordering::SeqCst) < before + 20 && t0.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(errors.load(Ordering::SeqCst), 0);
+    assert!(done.load(Ordering::SeqCst) >= before + 20, "workers did not resume after restart");
+}
+
+// 8. A response timeout during acquire (server paused): no ghost hold remains afterwards.
+#[tokio::test]
+async fn timed_out_acquire_leaves_no_ghost() {
+    let server = RedisServer::start();
+    let mut opts = ClientOptions::default();
+    opts.response_timeout = Duration::from_millis(200);
+    let client = connect_with(&server, opts).await;
+    let lock = client.lock("ghost", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "700", "ALL"]);
+    let err = lock.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(client.inspect("ghost").await.unwrap().is_none(), "ghost hold after a timed-out acquire");
+
+    // Control: the same timed-out acquire without the compare-and-delete leaves a ghost.
+    let raw = redis::Client::open(server.url()).unwrap();
+    let cfg = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_millis(200)));
+    let mut conn = raw.get_multiplexed_async_connection_with_config(&cfg).await.unwrap();
+    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
+    script.prepare_invoke().load_async(&mut conn).await.unwrap();
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "700", "ALL"]);
+    let r: redis::RedisResult<redis::Value> = script
+        .key("ferrolock:{ghost}")
+        .key("ferrolock:{ghost}:fence")
+        .arg("raw-token")
+        .arg(30_000)
+        .arg(60_000)
+        .arg(10)
+        .invoke_async(&mut conn)
+        .await;
+    assert!(r.is_err());
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(client.inspect("ghost").await.unwrap().is_some(), "control: no ghost without cleanup");
+}
+
+// 8b. Cancelling an acquire mid-flight (dropping the future) also cleans up.
+#[tokio::test]
+async fn cancelled_acquire_leaves_no_ghost() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let lock = client.lock("cancel", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "500", "ALL"]);
+    let r = tokio::time::timeout(Duration::from_millis(100), lock.try_acquire()).await;
+    assert!(r.is_err(), "the acquire should still be in flight");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(client.inspect("cancel").await.unwrap().is_none(), "ghost hold after cancellation");
+    // The handle is usable afterwards.
+    lock.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+}
+
+// 9. Bad input: typed errors before any I/O.
+#[tokio::test]
+async fn bad_input_is_rejected_before_io() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let before = client_calls(&server);
+    let lease = LockOptions::lease;
+    assert_eq!(client.lock("", LockOptions::default()).unwrap_err().kind(), ErrorKind::InvalidName);
+    let huge = vec![b'x'; 64 * 1024 + 1];
+    assert_eq!(client.lock(&huge, LockOptions::default()).unwrap_err().kind(), ErrorKind::InvalidName);
+    for ttl in [Duration::ZERO, Duration::from_millis(3), Duration::from_secs(400 * 24 * 3600)] {
+        assert_eq!(client.lock("x", lease(ttl)).unwrap_err().kind(), ErrorKind::InvalidDuration, "{ttl:?}");
+    }
+    let lock = client.lock("x", lease(Duration::from_secs(1))).unwrap();
+    let absurd = Some(Duration::from_secs(400 * 24 * 3600));
+    assert_eq!(lock.acquire(absurd).await.unwrap_err().kind(), ErrorKind::InvalidDuration);
+    assert_eq!(client_calls(&server), before, "bad input reached the server");
+    // Binary-safe names with hash-tag characters and CR/LF round-trip.
+    let odd = b"we{ir}d \r\n\x00\xff";
+    let g = client.lock(odd, lease(Duration::from_secs(1))).unwrap().acquire(None).await.unwrap();
+    assert!(client.inspect(odd).await.unwrap().is_some());
+    g.release().await.unwrap();
+    // A 1 MiB name works when the cap is raised.
+    let mut opts = ClientOptions::default();
+    opts.max_name_len = 2 << 20;
+    let big = connect_with(&server, opts).await;
+    let name = vec![b'n'; 1 << 20];
+    big.lock(&name, lease(Duration::from_secs(1)))
+        .unwrap()
+        .acquire(None)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Bad configuration and URLs.
+    let mut opts = ClientOptions::default();
+    opts.prefix = "a{b".into();
+    let e = ferrolock::Client::connect(&server.url(), opts).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+    let e = ferrolock::Client::connect("http://x", ClientOptions::default()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidUrl);
+}
+
+// 10. The blocking facade from a plain thread and from inside a tokio runtime.
+#[test]
+fn blocking_from_thread_and_inside_runtime() {
+    use ferrolock::blocking;
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = blocking::Client::connect(&url, ClientOptions::default()).unwrap();
+    let lock = client.lock("blk", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let g = std::thread::spawn(move || lock.acquire(Some(Duration::from_secs(1))).unwrap()).join().unwrap();
+    assert!(g.fence() > 0);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let c2 = client.clone();
+    let fence = rt.block_on(async move {
+        let other = c2.lock("blk", LockOptions::lease(Duration::from_secs(5))).unwrap();
+        assert!(other.try_acquire().unwrap().is_none());
+        g.release().unwrap();
+        let g2 = other.acquire(Some(Duration::from_secs(1))).unwrap();
+        let f = g2.fence();
+        g2.release().unwrap();
+        f
+    });
+    assert!(fence > 0);
+    assert!(client.inspect("blk").unwrap().is_none());
+}
+
+// 11. A password never appears in Display/Debug of the client, options, guards or errors.
+#[tokio::test]
+async fn password_never_leaks() {
+    let server = RedisServer::start();
+    let secret = "S3ntinel-pw-7f3a";
+    let _: () = server.cmd(&["ACL", "SETUSER", "alice", "on", &format!(">{secret}"), "~*", "&*", "+@all"]);
+    let url = format!("redis://alice:{secret}@127.0.0.1:{}", server.port());
+    let client = ferrolock::Client::connect(&url, ClientOptions::default()).await.unwrap();
+    let g = client.lock("pw", LockOptions::default()).unwrap().acquire(None).await.unwrap();
+    let mut texts = vec![format!("{client:?}"), format!("{g:?}"), format!("{:?}", client.options())];
+    g.release().await.unwrap();
+    let bad = format!("redis://alice:{secret}-wrong@127.0.0.1:{}", server.port());
+    let e = ferrolock::Client::connect(&bad, ClientOptions::default()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+    texts.push(format!("{e} {e:?}"));
+    let e =
+        ferrolock::Client::connect(&format!("redis://alice:{secret}@127.0.0.1:1"), ClientOptions::default())
+            .await
+            .unwrap_err();
+    texts.push(format!("{e} {e:?}"));
+    let e = ferrolock::Client::connect(&format!("redis://alice:{secret}@[bad"), ClientOptions::default())
+        .await
+        .unwrap_err();
+    texts.push(format!("{e} {e:?}"));
+    for t in &texts {
+        assert!(!t.contains(secret), "secret leaked: {t}");
+    }
+    assert!(texts[0].contains("127.0.0.1"), "Debug should still say where: {}", texts[0]);
+}

@@ -1,0 +1,183 @@
+//! The cross-language demo: a throwaway redis-server, a fenced resource, and workers in every
+//! language contending on one lock. Prints acquisitions per worker, overlaps, fence order,
+//! rejected writes and the handoff gap. Exits non-zero if any safety check fails.
+//!
+//! `demo [--iterations N] [--per-worker-kind K] [--worker "CMD"]...` — Rust workers are built in;
+//! each `--worker` adds K workers running `CMD` (see examples/README.md for the protocol).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+
+use ferrolock_examples::Resource;
+use ferrolock_testkit::RedisServer;
+
+struct Record {
+    id: String,
+    lang: String,
+    fence: u64,
+    acquired_ns: u64,
+    released_ns: u64,
+    rejected: bool,
+}
+
+fn parse(line: &str) -> Option<Record> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    Some(Record {
+        id: v.get("id")?.as_str()?.to_owned(),
+        lang: v.get("lang")?.as_str()?.to_owned(),
+        fence: v.get("fence")?.as_u64()?,
+        acquired_ns: v.get("acquired_ns")?.as_u64()?,
+        released_ns: v.get("released_ns")?.as_u64()?,
+        rejected: v.get("rejected")?.as_bool()?,
+    })
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn main() {
+    let mut iterations = 100u64;
+    let mut per_kind = 2usize;
+    let mut kinds: Vec<String> = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--iterations" => iterations = args.next().and_then(|v| v.parse().ok()).unwrap_or(iterations),
+            "--per-worker-kind" => per_kind = args.next().and_then(|v| v.parse().ok()).unwrap_or(per_kind),
+            "--worker" => kinds.extend(args.next()),
+            other => {
+                eprintln!("demo: unknown argument {other}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let rust_worker = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("worker")))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| {
+            eprintln!("demo: build the Rust worker first (cargo build -p ferrolock-examples)");
+            std::process::exit(2)
+        });
+    kinds.insert(0, rust_worker.display().to_string());
+
+    let server = RedisServer::start();
+    let resource = Resource::start().unwrap_or_else(|e| {
+        eprintln!("demo: cannot start the resource: {e}");
+        std::process::exit(2)
+    });
+    let name = "demo:orders";
+    println!(
+        "ferrolock demo: redis-server pid {} at {}, fenced resource at {}",
+        server.pid(),
+        server.url(),
+        resource.addr
+    );
+
+    let (tx, rx) = mpsc::channel();
+    let mut children = Vec::new();
+    for (k, cmd) in kinds.iter().enumerate() {
+        for w in 0..per_kind {
+            let id = format!("w{k}.{w}");
+            let full = format!(
+                "{cmd} --redis {} --resource {} --name {name} --iterations {iterations} --id {id}",
+                server.url(),
+                resource.addr
+            );
+            let mut child = Command::new("sh")
+                .args(["-c", &full])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap_or_else(|e| {
+                    eprintln!("demo: cannot start {cmd}: {e}");
+                    std::process::exit(2)
+                });
+            let out = child.stdout.take();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in out.into_iter().flat_map(|o| BufReader::new(o).lines().map_while(Result::ok)) {
+                    let _ = tx.send(line);
+                }
+            });
+            children.push((id, cmd.clone(), child));
+        }
+    }
+    drop(tx);
+    let mut failed = Vec::new();
+    for (id, cmd, mut child) in children {
+        match child.wait() {
+            Ok(s) if s.success() => {}
+            Ok(s) => failed.push(format!("{id} ({cmd}) exited with {s}")),
+            Err(e) => failed.push(format!("{id} ({cmd}): {e}")),
+        }
+    }
+    let mut records: Vec<Record> = Vec::new();
+    let mut garbage = 0;
+    for line in rx.iter() {
+        match parse(&line) {
+            Some(r) => records.push(r),
+            None => garbage += 1,
+        }
+    }
+    records.sort_by_key(|r| r.acquired_ns);
+
+    let overlaps = records.windows(2).filter(|w| w[1].acquired_ns < w[0].released_ns).count();
+    let fence_inversions = records.windows(2).filter(|w| w[1].fence <= w[0].fence).count();
+    let rejected = records.iter().filter(|r| r.rejected).count();
+    let mut gaps: Vec<u64> =
+        records.windows(2).map(|w| w[1].acquired_ns.saturating_sub(w[0].released_ns) / 1000).collect();
+    gaps.sort_unstable();
+    let state = resource.state.lock().map(|s| (s.value, s.accepted_writes, s.rejected)).unwrap_or((0, 0, 0));
+
+    println!();
+    println!("{:<8} {:<8} {:>12}", "worker", "lang", "acquisitions");
+    let mut ids: Vec<(&str, &str)> = records.iter().map(|r| (r.id.as_str(), r.lang.as_str())).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    for (id, lang) in &ids {
+        let n = records.iter().filter(|r| r.id == *id).count();
+        println!("{id:<8} {lang:<8} {n:>12}");
+    }
+    println!();
+    println!("acquisitions          {}", records.len());
+    println!("overlaps              {overlaps}");
+    println!("fences increasing     {}", if fence_inversions == 0 { "yes" } else { "NO" });
+    println!("rejected by resource  {rejected}");
+    println!("counter               {} (expected {})", state.0, records.len());
+    println!(
+        "handoff gap p50/p99/max {} µs / {} µs / {} µs",
+        percentile(&gaps, 50.0),
+        percentile(&gaps, 99.0),
+        gaps.last().copied().unwrap_or(0)
+    );
+    let mut ok = true;
+    for f in &failed {
+        eprintln!("demo: worker failed: {f}");
+        ok = false;
+    }
+    if garbage > 0 {
+        eprintln!("demo: {garbage} unparseable worker output lines");
+        ok = false;
+    }
+    let expected = kinds.len() as u64 * per_kind as u64 * iterations;
+    if overlaps > 0 || fence_inversions > 0 || rejected > 0 || state.0 != records.len() as i64 {
+        ok = false;
+    }
+    if records.len() as u64 != expected {
+        eprintln!("demo: {} acquisitions recorded, expected {expected}", records.len());
+        ok = false;
+    }
+    drop(server);
+    if !ok {
+        eprintln!("demo: FAILED");
+        std::process::exit(1);
+    }
+    println!("demo: OK");
+}
