@@ -119,6 +119,15 @@ pub(crate) struct Notifier {
     next_id: std::sync::atomic::AtomicU64,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE so they reach the server in decision order.
     ops: tokio::sync::Mutex<()>,
+    /// Signalled on drop, so that [`Notifier::sweep`] ends (and lets go of its connection) as
+    /// soon as the client is gone rather than at its next tick.
+    gone: Arc<Notify>,
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        self.gone.notify_one();
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -288,8 +297,12 @@ impl Notifier {
         op_timeout: Option<Duration>,
     ) {
         let period = linger.max(Duration::from_millis(100));
+        let Some(gone) = this.upgrade().map(|me| me.gone.clone()) else { return };
         loop {
-            tokio::time::sleep(period).await;
+            tokio::select! {
+                () = tokio::time::sleep(period) => {}
+                () = gone.notified() => return,
+            }
             let Some(me) = this.upgrade() else { return };
             let _ops = me.ops.lock().await;
             let idle: Vec<Vec<u8>> = {

@@ -711,3 +711,33 @@ fn blocking_redlock() {
     g2.release().unwrap();
     assert!(client.inspect("blk").unwrap().is_none());
 }
+
+/// Connections of clients on `server`, not counting the one asking.
+fn clients_on(server: &RedisServer) -> u64 {
+    server.info_field("clients", "connected_clients").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) - 1
+}
+
+// Dropping a client closes its connections at once: no background task (the idle-subscription
+// sweeper, the watchdog) keeps one open until its next tick. The sweeper's tick is the 10 s
+// subscription linger, so a client whose connection outlived it would fail the 2 s bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_client_closes_its_connections() {
+    let servers = start_many(3);
+    let limit = Duration::from_secs(2);
+    for s in &servers {
+        assert_eq!(clients_on(s), 0);
+    }
+    let single = connect(&servers[0]).await;
+    let quorum = redlock_with(&servers, calm()).await;
+    for client in [&single, &quorum] {
+        let lock = client.lock("drop-me", LockOptions::lease(Duration::from_secs(5))).unwrap();
+        let g = lock.acquire(Some(Duration::from_secs(1))).await.unwrap();
+        g.release().await.unwrap();
+    }
+    assert!(clients_on(&servers[1]) > 0, "the Redlock client should be connected");
+    drop(single);
+    drop(quorum);
+    for s in &servers {
+        s.wait_for(limit, "the dropped clients' connections to close", |s| clients_on(s) == 0);
+    }
+}
