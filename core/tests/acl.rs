@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::RedisServer;
-use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState};
+use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState, ReplicaAcks};
 
 const PASSWORD: &str = "acl-s3ntinel-pw";
 
@@ -40,9 +40,15 @@ const RULES: &[&str] = &[
 ];
 
 fn make_user(server: &RedisServer, name: &str, without: Option<&str>) {
+    make_user_with(server, name, without, &[]);
+}
+
+/// The rule set minus `without`, plus `extra` (the additions docs/SECURITY.md lists per topology).
+fn make_user_with(server: &RedisServer, name: &str, without: Option<&str>, extra: &[&str]) {
     let pass = format!(">{PASSWORD}");
     let mut args = vec!["ACL", "SETUSER", name, "reset", "on", pass.as_str()];
     args.extend(RULES.iter().copied().filter(|r| Some(*r) != without));
+    args.extend(extra.iter().copied().filter(|r| Some(*r) != without));
     let _: String = server.cmd(&args);
 }
 
@@ -119,4 +125,51 @@ async fn a_missing_permission_names_the_command_promptly() {
     let e = Client::connect(&bad, ClientOptions::default()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
     no_secret(&e);
+}
+
+/// Take and release `name` through `client`: the whole cycle, or the first error.
+async fn cycle(client: &Client, name: &str) -> ferrolock::Result<()> {
+    let lock = client.lock(name, LockOptions::lease(Duration::from_secs(5)))?;
+    let g = lock.acquire(Some(Duration::from_secs(2))).await?;
+    g.release().await
+}
+
+// The topology additions of docs/SECURITY.md: `+wait` with `replica_acks` (its absence is a prompt
+// `Permission` error naming WAIT, with no hold left behind), and `+role` through Sentinel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_topology_additions_are_enough_and_needed() {
+    let master = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&master, &[]);
+    make_user_with(&master, "acker", None, &["+wait", "+role"]);
+    make_user_with(&master, "no-wait", Some("+wait"), &["+wait", "+role"]);
+    make_user_with(&master, "no-role", Some("+role"), &["+wait", "+role"]);
+    let mut acks = ClientOptions::default();
+    acks.replica_acks = Some(ReplicaAcks::new(1, Duration::from_millis(500)));
+
+    let ok = Client::connect(&url(&master, "acker"), acks.clone()).await.expect("connect");
+    cycle(&ok, "acked").await.expect("the rule set plus +wait is enough for replica_acks");
+    let denied = Client::connect(&url(&master, "no-wait"), acks).await.expect("connect");
+    let started = Instant::now();
+    let e = cycle(&denied, "acked").await.expect_err("replica_acks without +wait");
+    assert_eq!(e.kind(), ErrorKind::Permission, "{e}");
+    assert!(e.message().to_lowercase().contains("wait"), "WAIT not named in: {e}");
+    assert!(started.elapsed() < Duration::from_secs(2), "no retry loop");
+    no_secret(&e);
+    let held: i64 = master.cmd(&["EXISTS", "ferrolock:{acked}"]);
+    assert_eq!(held, 0, "the unacknowledged grant must be undone");
+
+    // Through Sentinel: the client asks each master it is sent to for its ROLE.
+    let sentinel = RedisServer::start_sentinel(&master, "acl-master", 1);
+    let via = |user: &str| {
+        format!("redis+sentinel://{user}:{PASSWORD}@127.0.0.1:{}/acl-master", sentinel.port())
+    };
+    let ok = Client::connect(&via("acker"), ClientOptions::default()).await.expect("connect via sentinel");
+    cycle(&ok, "via-sentinel").await.expect("the rule set plus +role is enough through Sentinel");
+    let denied = match Client::connect(&via("no-role"), ClientOptions::default()).await {
+        Err(e) => e,
+        Ok(c) => cycle(&c, "via-sentinel").await.expect_err("Sentinel without +role"),
+    };
+    assert_eq!(denied.kind(), ErrorKind::Permission, "{denied}");
+    assert!(denied.message().to_lowercase().contains("role"), "ROLE not named in: {denied}");
+    no_secret(&denied);
 }
