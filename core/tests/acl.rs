@@ -160,9 +160,8 @@ async fn the_topology_additions_are_enough_and_needed() {
 
     // Through Sentinel: the client asks each master it is sent to for its ROLE.
     let sentinel = RedisServer::start_sentinel(&master, "acl-master", 1);
-    let via = |user: &str| {
-        format!("redis+sentinel://{user}:{PASSWORD}@127.0.0.1:{}/acl-master", sentinel.port())
-    };
+    let via =
+        |user: &str| format!("redis+sentinel://{user}:{PASSWORD}@127.0.0.1:{}/acl-master", sentinel.port());
     let ok = Client::connect(&via("acker"), ClientOptions::default()).await.expect("connect via sentinel");
     cycle(&ok, "via-sentinel").await.expect("the rule set plus +role is enough through Sentinel");
     let denied = match Client::connect(&via("no-role"), ClientOptions::default()).await {
