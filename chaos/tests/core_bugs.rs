@@ -76,3 +76,227 @@ fn b_core_ghost_hold_after_unknown_acquire_following_failed_release() {
         left.as_ref().map(|i| i.fence)
     );
 }
+
+// ---- Redlock: the same ghost-hold pattern, per master ----
+//
+// Redlock undoes a failed round on each master with `release.lua` to the handle's prior count,
+// *without* the fence (ARGV[4]), queued behind that master's acquire of unknown outcome. The
+// single-node bug's steps, and a per-master variant where the fence would matter, leave no ghost
+// over Redlock: the handle's local count is the truth (a re-entry counts `prior + 1`, never the
+// count a master reports) and its release at depth 0 deletes the hold on every master it touched
+// whatever that master's count or fence. What did leave ghosts is how the undo and a straggling
+// release were sent: as EVALSHA, queued on a stopped master, whose NOSCRIPT reply (release.lua
+// not cached there yet, as on a fresh or restarted master) nobody waited for any more.
+
+fn redlock_client(servers: &[RedisServer]) -> blocking::Client {
+    let mut o = ClientOptions::default();
+    o.redlock_node_timeout = Duration::from_millis(100);
+    o.response_timeout = Duration::from_millis(300);
+    o.connect_timeout = Duration::from_millis(500);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    blocking::Client::connect_redlock(&urls, o).expect("connect_redlock")
+}
+
+/// One master's view of the hold: `(owner, count, fence)`, or `None` when free.
+fn hold_on(server: &RedisServer, name: &str) -> Option<(String, u32, u64)> {
+    let h: std::collections::HashMap<String, String> =
+        server.cmd(&["HGETALL", &format!("ferrolock:{{{name}}}")]);
+    let field = |f: &str| h.get(f).cloned().unwrap_or_default();
+    (!h.is_empty())
+        .then(|| (field("owner"), field("count").parse().unwrap_or(0), field("fence").parse().unwrap_or(0)))
+}
+
+/// After the handle released everything (or failed to acquire): every master is free, and
+/// another owner takes the lock at once with a larger fence than any the handle was given.
+fn assert_freed_everywhere(servers: &[RedisServer], c: &blocking::Client, name: &str, fence: u64) {
+    std::thread::sleep(Duration::from_millis(300)); // stragglers
+    let left: Vec<_> = servers.iter().map(|s| hold_on(s, name)).collect();
+    assert!(
+        left.iter().all(Option::is_none),
+        "masters still hold {name:?} for an owner with no guard left (ghost holds): {left:?}"
+    );
+    let other = c.lock(name, LockOptions::lease(Duration::from_secs(5))).expect("lock");
+    let g = other.try_acquire().expect("try_acquire").expect("another owner gets the free lock at once");
+    assert!(g.fence() > fence, "fence {} not above the handle's {fence}", g.fence());
+    g.release().expect("release of the other owner");
+}
+
+/// The single-node bug's steps over 3 masters, all stopped (`pause` = false is the control): the
+/// release times out, the same handle acquires again while the masters are stopped, the masters
+/// resume after the lease ran out.
+fn redlock_release_times_out_then_reacquire(pause: bool) {
+    let servers = ferrolock_testkit::start_many(3);
+    let c = redlock_client(&servers);
+    let lock = c.lock("ghost", LockOptions::lease(Duration::from_millis(1000))).expect("lock");
+    let g = lock.acquire(Some(Duration::from_secs(2))).expect("first acquire");
+    if pause {
+        servers.iter().for_each(RedisServer::pause);
+    }
+    let first_release = g.release();
+    if pause {
+        assert_eq!(first_release.as_ref().map_err(|e| e.kind()), Err(ErrorKind::QuorumNotReached));
+    }
+    let g2 = std::thread::scope(|s| {
+        if pause {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(1300)); // > the 1 s lease
+                servers.iter().for_each(RedisServer::resume);
+            });
+        }
+        let g2 = lock.acquire(Some(Duration::from_secs(5))).expect("second acquire");
+        g2.release().expect("release of the second hold");
+        g2
+    });
+    let _ = g.release(); // retry the first release too: the handle now holds nothing
+    assert_freed_everywhere(&servers, &c, "ghost", g.fence().max(g2.fence()));
+}
+
+#[test]
+fn control_redlock_reacquire_after_release_frees_every_master() {
+    redlock_release_times_out_then_reacquire(false);
+}
+
+/// Passed before the fix too: a stopped master gets no new acquire until a PING comes back, so
+/// no acquire of the handle is queued behind the timed-out release; a regression test.
+#[test]
+fn redlock_no_ghost_hold_after_unknown_acquire_following_failed_release() {
+    redlock_release_times_out_then_reacquire(true);
+}
+
+/// Masters 1 and 2 stop; one acquire round of a fresh handle gets only master 0 and fails, so it
+/// is undone everywhere, on 1 and 2 behind their acquire of unknown outcome. They resume.
+/// (`fault` = false is the control: the round is granted, then released.)
+fn redlock_failed_round_undone_on_stopped_masters(fault: bool) {
+    let servers = ferrolock_testkit::start_many(3);
+    let c = redlock_client(&servers);
+    // Another lock held (never released) first: acquire.lua is cached on every master, and
+    // release.lua is not yet, as on masters that were (re)started and have granted since.
+    let other = c.lock("other", LockOptions::lease(Duration::from_secs(30))).expect("lock");
+    let _held = other.acquire(Some(Duration::from_secs(2))).expect("acquire another lock");
+    let lock = c.lock("undo", LockOptions::lease(Duration::from_secs(30))).expect("lock");
+    if fault {
+        servers[1].pause();
+        servers[2].pause();
+    }
+    let fence = match lock.try_acquire() {
+        Ok(Some(g)) if !fault => {
+            g.release().expect("control: release");
+            g.fence()
+        }
+        r => {
+            assert!(
+                fault && matches!(r.as_ref().map_err(|e| e.kind()), Err(ErrorKind::QuorumNotReached)),
+                "{r:?}"
+            );
+            0
+        }
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    if fault {
+        servers[1].resume();
+        servers[2].resume();
+    }
+    // Before the fix masters 1 and 2 (a quorum) kept the hold for the whole 30 s lease: the undo
+    // was an EVALSHA answered NOSCRIPT after the round stopped waiting for it.
+    assert_freed_everywhere(&servers, &c, "undo", fence);
+}
+
+#[test]
+fn control_redlock_granted_round_released_frees_every_master() {
+    redlock_failed_round_undone_on_stopped_masters(false);
+}
+
+#[test]
+fn b_core_redlock_ghost_quorum_after_undo_of_unknown_acquire_lost_to_noscript() {
+    redlock_failed_round_undone_on_stopped_masters(true);
+}
+
+/// A release confirmed by masters 0 and 1 while master 2 is stopped (`pause` = false: not
+/// stopped); master 2 resumes shortly after.
+fn redlock_release_straggler_on_a_stopped_master(pause: bool) {
+    let servers = ferrolock_testkit::start_many(3);
+    let c = redlock_client(&servers);
+    let lock = c.lock("straggler", LockOptions::lease(Duration::from_secs(30))).expect("lock");
+    let g = lock.acquire(Some(Duration::from_secs(2))).expect("acquire");
+    if pause {
+        servers[2].pause();
+    }
+    g.release().expect("release by quorum");
+    std::thread::sleep(Duration::from_millis(300));
+    if pause {
+        servers[2].resume();
+    }
+    // Before the fix master 2 kept the hold for the whole 30 s lease (its release, an EVALSHA,
+    // was answered NOSCRIPT after the round stopped waiting).
+    assert_freed_everywhere(&servers, &c, "straggler", g.fence());
+}
+
+#[test]
+fn control_redlock_release_on_every_master() {
+    redlock_release_straggler_on_a_stopped_master(false);
+}
+
+#[test]
+fn b_core_redlock_ghost_hold_after_release_straggler_lost_to_noscript() {
+    redlock_release_straggler_on_a_stopped_master(true);
+}
+
+/// The per-master fence case (`fault` = false is the control). The handle holds depth 1 with a
+/// renewing 2 s lease on masters 0–2. Masters 1 and 2 stop; a re-entry round gets only master 0
+/// and fails, so it is undone to depth 1, on 1 and 2 behind their acquire of unknown outcome.
+/// Master 1 resumes at once (re-entry to 2, undo to 1); the watchdog keeps the hold on {0, 1}.
+/// Master 2 stays stopped past its lease: its queued acquire finds the key gone and grants a
+/// *fresh* hold (its own fence), which the fence-less undo "to depth 1" keeps. That hold is this
+/// owner's at the handle's depth, and the handle's release deletes it. Returns master 2's hold
+/// after it resumed.
+fn redlock_reentry_undone_on_a_master_stopped_past_the_lease(fault: bool) -> Option<(String, u32, u64)> {
+    let servers = ferrolock_testkit::start_many(3);
+    let c = redlock_client(&servers);
+    let lock = c.lock("reent", LockOptions::renewing(Duration::from_millis(2000))).expect("lock");
+    let g = lock.acquire(Some(Duration::from_secs(2))).expect("first acquire");
+    let owner = String::from_utf8(c.inspect("reent").expect("inspect").expect("held").owner).expect("hex");
+    if fault {
+        servers[1].pause();
+        servers[2].pause();
+    }
+    match lock.try_acquire() {
+        Ok(Some(g2)) if !fault => g2.release().expect("control: release the re-entry"),
+        r => assert!(
+            fault && matches!(r.as_ref().map_err(|e| e.kind()), Err(ErrorKind::QuorumNotReached)),
+            "{r:?}"
+        ),
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    if fault {
+        servers[1].resume();
+    }
+    std::thread::sleep(Duration::from_millis(2200)); // master 2's lease (from before the stop) ran out
+    if fault {
+        servers[2].resume();
+    }
+    std::thread::sleep(Duration::from_millis(1200)); // its queue runs, its stall clears, renewals reach it
+    assert_eq!(g.state(), ferrolock::LockState::Held, "the watchdog keeps the hold on a quorum");
+    assert_eq!(g.count(), 1);
+    // Every master that holds the lock holds it for this owner at the handle's depth (before
+    // the fix master 1 stayed at depth 2: its undo was lost to NOSCRIPT).
+    for (i, s) in servers.iter().enumerate() {
+        if let Some((o, count, _)) = hold_on(s, "reent") {
+            assert_eq!((o.as_str(), count), (owner.as_str(), g.count()), "master {i}");
+        }
+    }
+    let on_2 = hold_on(&servers[2], "reent");
+    g.release().expect("release");
+    assert_freed_everywhere(&servers, &c, "reent", g.fence());
+    on_2
+}
+
+#[test]
+fn control_redlock_reentry_round_undone_then_every_master_is_freed() {
+    redlock_reentry_undone_on_a_master_stopped_past_the_lease(false);
+}
+
+#[test]
+fn redlock_no_ghost_hold_after_reentry_undo_on_a_master_stopped_past_the_lease() {
+    let on_2 = redlock_reentry_undone_on_a_master_stopped_past_the_lease(true);
+    eprintln!("master 2 after it resumed (owner, count, fence): {on_2:?}");
+}

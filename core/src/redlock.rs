@@ -814,16 +814,30 @@ impl Quorum {
                 Class::Cleanup
             }
         };
+        // A release whose reply may go unseen must not be an EVALSHA (see `release_eval`): one to
+        // a lagging master is sent as EVAL; one to a healthy master that does not answer within
+        // 3/4 of the per-master timeout is followed, in the same lane slot (so nothing of this
+        // handle runs in between; the release is idempotent), by the same release as EVAL.
+        let patience = self.timeout() * 3 / 4;
         let mut round = self.fan_out(&class, Some(&inner.lanes), |i, mut conn| {
             let mut inv = scripts::RELEASE.key(&inner.keys.hold);
             inv.arg(&*inner.token).arg(&inner.keys.channel).arg(target);
+            let eval = release_eval(&inner.keys.hold, &inner.token, &inner.keys.channel, target);
+            let lagging = self.nodes[i].lagging();
             let touched = inner.lanes[i].touched.clone();
             let generation = touched.now();
             if target == 0 {
                 touched.queue(generation);
             }
             async move {
-                let r = inv.invoke_async::<i64>(&mut conn).await?;
+                let r = if lagging {
+                    eval.query_async::<i64>(&mut conn).await?
+                } else {
+                    match tokio::time::timeout(patience, inv.invoke_async::<i64>(&mut conn)).await {
+                        Ok(r) => r?,
+                        Err(_) => eval.query_async::<i64>(&mut conn).await?,
+                    }
+                };
                 if target == 0 || r < 0 {
                     touched.clear(generation); // nothing of ours queued before this is left there
                 }
@@ -1163,9 +1177,9 @@ impl AcquireTask {
             && sent
             && let Some((mut conn, inflight)) = node.admit(Class::Cleanup, cap)
         {
-            let mut inv = scripts::RELEASE.key(&keys.0);
-            inv.arg(&*token).arg(&keys.1).arg(target);
-            match tokio::time::timeout(timeout, inv.invoke_async::<i64>(&mut conn)).await {
+            // Sent as EVAL (never NOSCRIPT): it may run long after this task stopped waiting.
+            let cmd = release_eval(&keys.0, &token, &keys.1, target);
+            match tokio::time::timeout(timeout, cmd.query_async::<i64>(&mut conn)).await {
                 Ok(Ok(r)) if target == 0 || r < 0 => touched.0.clear(touched.1),
                 Ok(_) => {}
                 Err(_) => node.stall(timeout),
@@ -1175,6 +1189,17 @@ impl AcquireTask {
         slot.done();
         drop(lane);
     }
+}
+
+/// `release.lua` as `EVAL` with the script text, for a release or undo whose reply may never be
+/// seen: it may be queued on a stopped master behind a request that timed out, and by the time
+/// it runs nobody waits for it any more. Sent as `EVALSHA`, a `NOSCRIPT` reply there (the script
+/// not cached on that master, e.g. after a restart, while `acquire.lua` is) would go unnoticed,
+/// nobody would follow it with `SCRIPT LOAD`, and the hold it was meant to undo would stay.
+fn release_eval(hold: &[u8], token: &str, channel: &[u8], target: u32) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(scripts::RELEASE_SOURCE).arg(1).arg(hold).arg(token).arg(channel).arg(target);
+    cmd
 }
 
 fn parse_acquire(v: &Value) -> Reply<AcqReply> {
