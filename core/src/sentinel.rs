@@ -1,9 +1,10 @@
 //! Redis Sentinel: find the master through the sentinels, and follow a failover by rebuilding the
 //! connection when the master changes.
 //!
-//! URL: `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db]` (sentinel port
-//! 26379 when omitted). The credentials and db are the master's; the sentinels are asked without
-//! credentials.
+//! URL: `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db]
+//! [?sentinel_username=…&sentinel_password=…]` (sentinel port 26379 when omitted). The userinfo
+//! credentials and db are the master's; the sentinels are asked with the `sentinel_*` query
+//! parameters (percent-encoded) if given, and without credentials otherwise.
 //!
 //! A `ConnectionManager` reconnects to the address it was built with, so it does not follow a
 //! failover by itself (docs/TOOLCHAIN). [`SentinelConn`] keeps the current master's manager and
@@ -43,6 +44,8 @@ pub(crate) struct SentinelConfig {
     pub master: String,
     /// The master's connection settings (credentials, db); the address is filled in per master.
     template: redis::ConnectionInfo,
+    /// The sentinels' own credentials (`sentinel_username`, `sentinel_password`).
+    sentinel_auth: (Option<String>, Option<String>),
     pub secrets: Vec<String>,
 }
 
@@ -50,7 +53,10 @@ fn bad_url(why: &str) -> Error {
     // Never echo the URL: it may carry a password.
     Error::new(
         ErrorKind::InvalidUrl,
-        format!("sentinel URL: {why} (expected {SCHEME}host:port[,host:port]/master-name[/db])"),
+        format!(
+            "sentinel URL: {why} (expected {SCHEME}host:port[,host:port]/master-name[/db]\
+             [?sentinel_username=…&sentinel_password=…])"
+        ),
     )
 }
 
@@ -63,7 +69,23 @@ impl SentinelConfig {
             ));
         }
         let rest = &url[SCHEME.len()..];
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (authority, path) = rest.split_once('/').ok_or_else(|| bad_url("no master name"))?;
+        let mut sentinel_auth: (Option<String>, Option<String>) = (None, None);
+        for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+            let slot = match &*key {
+                "sentinel_username" => &mut sentinel_auth.0,
+                "sentinel_password" => &mut sentinel_auth.1,
+                // Echo neither key nor value: a mistyped URL may carry a password in either.
+                _ => return Err(bad_url("an unknown query parameter")),
+            };
+            if slot.replace(value.into_owned()).is_some() {
+                return Err(bad_url("a query parameter given twice"));
+            }
+        }
+        if sentinel_auth.0.is_some() && sentinel_auth.1.is_none() {
+            return Err(bad_url("sentinel_username without sentinel_password"));
+        }
         let (userinfo, hosts) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
             None => (None, authority),
@@ -96,8 +118,9 @@ impl SentinelConfig {
         let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
         let template = crate::client::parse_url(&format!("redis://{auth}127.0.0.1:6379/{db}"))
             .map_err(|_| bad_url("cannot parse the credentials"))?;
-        let secrets = crate::client::secrets_of(&template);
-        Ok(SentinelConfig { sentinels, master: master.to_owned(), template, secrets })
+        let mut secrets = crate::client::secrets_of(&template);
+        secrets.extend(sentinel_auth.1.iter().filter(|p| !p.is_empty()).cloned());
+        Ok(SentinelConfig { sentinels, master: master.to_owned(), template, sentinel_auth, secrets })
     }
 
     /// `sentinel(name via host:port, …)` for Debug output.
@@ -108,7 +131,13 @@ impl SentinelConfig {
 
     fn sentinel_client(&self, host: &str, port: u16) -> RedisResult<redis::Client> {
         let info = self.template.clone().set_addr(ConnectionAddr::Tcp(host.to_owned(), port));
-        let settings = redis::RedisConnectionInfo::default().set_protocol(redis::ProtocolVersion::RESP3);
+        let mut settings = redis::RedisConnectionInfo::default().set_protocol(redis::ProtocolVersion::RESP3);
+        if let Some(user) = &self.sentinel_auth.0 {
+            settings = settings.set_username(user);
+        }
+        if let Some(password) = &self.sentinel_auth.1 {
+            settings = settings.set_password(password);
+        }
         redis::Client::open(info.set_redis_settings(settings))
     }
 }
@@ -279,8 +308,17 @@ async fn discover(cfg: &SentinelConfig, opts: &ClientOptions) -> Result<(String,
         match tokio::time::timeout(opts.connect_timeout + opts.response_timeout, ask).await {
             Ok(Ok(Some(addr))) => return Ok(addr),
             Ok(Ok(None)) => unknown += 1,
-            Ok(Err(e)) => last_err = Some(Error::from_redis(&e, &|s| s)),
-            Err(_) => last_err = Some(Error::new(ErrorKind::Timeout, "a sentinel did not answer in time")),
+            Ok(Err(e)) => {
+                let e = Error::from_redis(&e, &|s| crate::client::redact_secrets(&cfg.secrets, s));
+                // A refusal retrying cannot fix (a wrong sentinel password, an ACL) wins.
+                if last_err.as_ref().is_none_or(|l: &Error| l.kind().is_transient()) {
+                    last_err = Some(e);
+                }
+            }
+            Err(_) if last_err.as_ref().is_none_or(|l| l.kind().is_transient()) => {
+                last_err = Some(Error::new(ErrorKind::Timeout, "a sentinel did not answer in time"));
+            }
+            Err(_) => {}
         }
     }
     if unknown > 0 && last_err.is_none() {
@@ -289,8 +327,12 @@ async fn discover(cfg: &SentinelConfig, opts: &ClientOptions) -> Result<(String,
             format!("no sentinel knows a master named {:?}", cfg.master),
         ));
     }
+    let kind = match &last_err {
+        Some(e) if unknown == 0 && !e.kind().is_transient() => e.kind(),
+        _ => ErrorKind::Connection,
+    };
     let why = last_err.map(|e| e.to_string()).unwrap_or_default();
-    Err(Error::new(ErrorKind::Connection, format!("no sentinel named the master: {why}")))
+    Err(Error::new(kind, format!("no sentinel named the master: {why}")))
 }
 
 /// A manager for `addr`, used only if that server says it is a master.

@@ -260,3 +260,47 @@ async fn sentinel_urls_are_checked() {
     g.expect("free").release().await.unwrap();
     assert!(format!("{c:?}").contains(NAME));
 }
+
+// Sentinels that require a password: `sentinel_password` (and `sentinel_username`) in the query
+// are used for the sentinels only; the userinfo stays the master's. Without them, or with a
+// wrong one, the sentinel refuses (`Auth`); no error or Debug output shows either password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_protected_sentinels() {
+    const SENTINEL_PW: &str = "s3ntinel/pw?&=x";
+    const MASTER_PW: &str = "m4ster-pw";
+    let master = RedisServer::start_with(&["--requirepass", MASTER_PW]);
+    let s = RedisServer::start_sentinel_with(&master, NAME, 1, &["--requirepass", SENTINEL_PW]);
+    let encoded = "s3ntinel%2Fpw%3F%26%3Dx";
+    let base = format!("redis+sentinel://:{MASTER_PW}@127.0.0.1:{}/{NAME}", s.port());
+    let mut texts = Vec::new();
+
+    let c = Client::connect(&format!("{base}?sentinel_password={encoded}"), opts()).await.expect("connect");
+    let g = c.lock("pw", LockOptions::lease(Duration::from_secs(1))).unwrap().try_acquire().await.unwrap();
+    g.expect("free").release().await.unwrap();
+    texts.push(format!("{c:?}"));
+    let named = format!("{base}?sentinel_username=default&sentinel_password={encoded}");
+    Client::connect(&named, opts()).await.expect("connect with a sentinel username");
+
+    for url in [base.clone(), format!("{base}?sentinel_password=wrong-{encoded}")] {
+        let e = Client::connect(&url, opts()).await.expect_err("the sentinel must refuse");
+        assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+        texts.push(format!("{e} {e:?}"));
+    }
+    // Bad query parameters are refused before any I/O, echoing nothing of the URL.
+    for query in [
+        format!("sentinel_pasword={encoded}"),
+        format!("sentinel_password={encoded}&sentinel_password=x"),
+        "sentinel_username=default".to_owned(),
+    ] {
+        let e = Client::connect(&format!("{base}?{query}"), opts()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{query}: {e}");
+        texts.push(format!("{e} {e:?}"));
+    }
+    // The control: the scan below finds the passwords where they are.
+    assert!(base.contains(MASTER_PW) && SENTINEL_PW.contains("s3ntinel/pw"));
+    for t in &texts {
+        for secret in [SENTINEL_PW, encoded, MASTER_PW] {
+            assert!(!t.contains(secret), "{secret} leaked: {t}");
+        }
+    }
+}

@@ -45,13 +45,19 @@ impl RedisServer {
     /// Start a Sentinel (`redis-server <conf> --sentinel`) that monitors `master` under `name`
     /// with `quorum`, `down-after-milliseconds` 1000 and `failover-timeout` 10000.
     pub fn start_sentinel(master: &RedisServer, name: &str, quorum: u32) -> RedisServer {
+        Self::start_sentinel_with(master, name, quorum, &[])
+    }
+
+    /// [`RedisServer::start_sentinel`] with more arguments (e.g. `--requirepass PW`, which the
+    /// harness's own connections then use, as with [`RedisServer::start_with`]).
+    pub fn start_sentinel_with(master: &RedisServer, name: &str, quorum: u32, extra: &[&str]) -> RedisServer {
         let conf = format!(
             "sentinel monitor {name} 127.0.0.1 {} {quorum}\n\
              sentinel down-after-milliseconds {name} 1000\n\
              sentinel failover-timeout {name} 10000\n",
             master.port
         );
-        Self::start_inner(&[], Some(conf))
+        Self::start_inner(extra, Some(conf))
     }
 
     fn start_inner(extra: &[&str], sentinel_conf: Option<String>) -> RedisServer {
@@ -140,7 +146,18 @@ impl RedisServer {
     fn admin_url(&self) -> String {
         let pass = self.extra.iter().position(|a| a == "--requirepass").and_then(|i| self.extra.get(i + 1));
         match pass {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}", self.port),
+            Some(p) => {
+                let p: String = p
+                    .bytes()
+                    .map(|b| match b {
+                        b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                            (b as char).to_string()
+                        }
+                        _ => format!("%{b:02X}"),
+                    })
+                    .collect();
+                format!("redis://:{p}@127.0.0.1:{}", self.port)
+            }
             None => self.url(),
         }
     }
