@@ -3,9 +3,7 @@ package ferrolock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -165,12 +163,7 @@ func TestReentrancyAndFencingOrder(t *testing.T) {
 	if hb.Fence() <= h1.Fence() {
 		t.Fatal("fence did not increase")
 	}
-	if err := h1.Release(context.Background()); !errors.Is(err, ferrolock.ErrNotHeld) {
-		t.Fatalf("double release: %v, want ErrNotHeld", err)
-	}
-	if isFree(t, a) {
-		t.Fatal("a stale release deleted the new holder's lock")
-	}
+	// (Releasing more times than acquired: rows of TestBadInputMatrix.)
 	release(t, hb)
 
 	last := uint64(0)
@@ -358,99 +351,6 @@ func TestAcquireCancellationLeaksNothing(t *testing.T) {
 	}
 }
 
-func TestBadInputsAndClosedHandles(t *testing.T) {
-	url := startRedis(t)
-	ctx := context.Background()
-	for _, bad := range []string{"", "http://127.0.0.1", "redis://a\x00b", "redis://\xff"} {
-		if _, err := ferrolock.Connect(ctx, bad, nil); !errors.Is(err, ferrolock.ErrInvalidURL) {
-			t.Errorf("Connect(%q): %v, want ErrInvalidURL", bad, err)
-		}
-	}
-	dead := "redis://user:S3ntinel-pw@127.0.0.1:1"
-	_, err := ferrolock.Connect(ctx, dead, &ferrolock.ClientOptions{ConnectTimeout: 300 * time.Millisecond})
-	if !errors.Is(err, ferrolock.ErrConnection) || strings.Contains(err.Error(), "S3ntinel") {
-		t.Errorf("dead server: %v", err)
-	}
-	for _, o := range []ferrolock.ClientOptions{{TLSCAFile: "/nonexistent/ca.crt"}, {TLSCertFile: "client.crt"}} {
-		if _, err := ferrolock.Connect(ctx, "rediss://localhost:1", &o); !errors.Is(err, ferrolock.ErrInvalidConfig) {
-			t.Errorf("Connect with TLS options %+v: %v, want ErrInvalidConfig", o, err)
-		}
-	}
-	if _, err := ferrolock.Connect(ctx, url, &ferrolock.ClientOptions{Prefix: "a{b"}); !errors.Is(err, ferrolock.ErrInvalidConfig) {
-		t.Errorf("bad prefix: %v", err)
-	}
-	// Replica acknowledgement: the test server has no replica, so a grant is undone and
-	// ErrNotReplicated returned, leaving the lock free; a timeout above 1 s is refused.
-	if _, err := ferrolock.Connect(ctx, url, &ferrolock.ClientOptions{ReplicaAcks: 1, ReplicaAcksTimeout: 5 * time.Second}); !errors.Is(err, ferrolock.ErrInvalidDuration) {
-		t.Errorf("replica acks timeout: %v", err)
-	}
-	acked := connect(t, url, &ferrolock.ClientOptions{ReplicaAcks: 1, ReplicaAcksTimeout: 20 * time.Millisecond})
-	al, err := acked.Lock("go-acks", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h, err := al.TryAcquire(ctx); h != nil || !errors.Is(err, ferrolock.ErrNotReplicated) {
-		t.Errorf("acquire without a replica: %v, %v; want ErrNotReplicated", h, err)
-	}
-	if pl, err := connect(t, url, nil).Lock("go-acks", nil); err != nil || !isFree(t, pl) {
-		t.Errorf("a refused grant left a hold (%v)", err)
-	}
-	for _, u := range []string{"redis+sentinel://127.0.0.1:1", "redis+cluster://127.0.0.1:1/0"} {
-		if _, err := ferrolock.Connect(ctx, u, nil); !errors.Is(err, ferrolock.ErrInvalidURL) {
-			t.Errorf("Connect(%q): %v, want ErrInvalidURL", u, err)
-		}
-	}
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := ferrolock.Connect(cancelled, url, nil); !errors.Is(err, context.Canceled) {
-		t.Errorf("connect with a cancelled context: %v", err)
-	}
-
-	c := connect(t, url, &ferrolock.ClientOptions{MaxNameLen: 16})
-	if _, err := c.Lock("", nil); !errors.Is(err, ferrolock.ErrInvalidName) {
-		t.Errorf("empty name: %v", err)
-	}
-	if _, err := c.Lock("seventeen-bytes!!", nil); !errors.Is(err, ferrolock.ErrInvalidName) {
-		t.Errorf("long name: %v", err)
-	}
-	if _, err := c.Lock("n", &ferrolock.LockOptions{TTL: time.Millisecond}); !errors.Is(err, ferrolock.ErrInvalidDuration) {
-		t.Errorf("tiny ttl: %v", err)
-	}
-	if _, err := c.Lock("n", &ferrolock.LockOptions{Renew: 9}); !errors.Is(err, ferrolock.ErrInvalidArgument) {
-		t.Errorf("bad renew: %v", err)
-	}
-	l := newLock(t, c, "bin\x00{}\r\n\xff", lease(5*time.Second))
-	h := acquire(t, l, time.Second)
-	if err := h.Extend(ctx, 0); !errors.Is(err, ferrolock.ErrInvalidDuration) {
-		t.Errorf("extend 0: %v", err)
-	}
-	release(t, h)
-	if err := h.Release(ctx); !errors.Is(err, ferrolock.ErrNotHeld) {
-		t.Errorf("double release: %v", err)
-	}
-	h.Close()
-	h.Close()
-	if err := h.Release(ctx); !errors.Is(err, ferrolock.ErrClosed) {
-		t.Errorf("release after close: %v", err)
-	}
-	if h.State() != ferrolock.StateReleased || h.Remaining() != 0 {
-		t.Error("closed held reports a live state")
-	}
-	l.Close()
-	l.Close()
-	if _, err := l.Acquire(ctx); !errors.Is(err, ferrolock.ErrClosed) {
-		t.Errorf("acquire after close: %v", err)
-	}
-	if _, err := l.TryAcquire(ctx); !errors.Is(err, ferrolock.ErrClosed) {
-		t.Errorf("try_acquire after close: %v", err)
-	}
-	c.Close()
-	c.Close()
-	if _, err := c.Lock("n", nil); !errors.Is(err, ferrolock.ErrClosed) {
-		t.Errorf("lock after close: %v", err)
-	}
-}
-
 // Handles dropped without Close are finalized without crashing and without releasing in Redis.
 func TestFinalizersNeverRelease(t *testing.T) {
 	url := startRedis(t)
@@ -474,23 +374,6 @@ func TestFinalizersNeverRelease(t *testing.T) {
 	}
 }
 
-// A wrong password is reported as ErrAuth and never echoed; the right one works.
-func TestPasswordNeverInErrors(t *testing.T) {
-	url := startRedis(t, "--requirepass", "R1ght-pass")
-	host := strings.TrimPrefix(url, "redis://")
-	ctx := context.Background()
-	_, err := ferrolock.Connect(ctx, "redis://:S3ntinel-wrong@"+host, nil)
-	if !errors.Is(err, ferrolock.ErrAuth) {
-		t.Fatalf("wrong password: %v, want ErrAuth", err)
-	}
-	if strings.Contains(err.Error(), "S3ntinel") || strings.Contains(fmt.Sprintf("%#v", err), "S3ntinel") {
-		t.Fatalf("the password leaked into the error: %v", err)
-	}
-	c := connect(t, "redis://:R1ght-pass@"+host, nil)
-	l := newLock(t, c, "auth", lease(5*time.Second))
-	release(t, acquire(t, l, time.Second))
-}
-
 // Redlock: the same surface over a quorum of three masters.
 func TestRedlock(t *testing.T) {
 	urls := []string{startRedis(t), startRedis(t), startRedis(t)}
@@ -503,9 +386,9 @@ func TestRedlock(t *testing.T) {
 	if _, err := ferrolock.ConnectRedlock(ctx, urls, &ferrolock.ClientOptions{RedlockQuorum: 1}); !errors.Is(err, ferrolock.ErrInvalidConfig) {
 		t.Errorf("quorum 1 of 3: %v", err)
 	}
-	dead := []string{urls[0], "redis://127.0.0.1:1", "redis://:S3ntinel-pw@127.0.0.1:2"}
+	dead := []string{urls[0], "redis://127.0.0.1:1", "redis://127.0.0.1:2"}
 	_, err := ferrolock.ConnectRedlock(ctx, dead, &ferrolock.ClientOptions{ConnectTimeout: 300 * time.Millisecond})
-	if !errors.Is(err, ferrolock.ErrQuorumNotReached) || strings.Contains(err.Error(), "S3ntinel") {
+	if !errors.Is(err, ferrolock.ErrQuorumNotReached) { // (with a password: TestSecretScan)
 		t.Fatalf("two dead masters: %v", err)
 	}
 
