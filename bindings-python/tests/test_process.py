@@ -137,7 +137,10 @@ def test_asyncio_scripts_exit_cleanly_50_times(redis: RedisServer, name: str, tm
 
 SIGINT_SCRIPT = textwrap.dedent(
     """
-    import sys, ferrolock
+    import signal, sys, ferrolock
+    # A shell without job control starts background jobs with SIGINT ignored, and Python then
+    # keeps it ignored: install the KeyboardInterrupt handler whatever this process inherited.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     client = ferrolock.Client.connect(sys.argv[1])
     print("waiting", flush=True)
     try:
