@@ -70,7 +70,7 @@ func contextError(ctx context.Context, onDeadline ErrorCode) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code = onDeadline
 	}
-	return &Error{Code: code, Message: fmt.Sprintf("%s: %v", code, cause), cause: cause}
+	return &Error{Code: code, Message: code.String() + ": " + fmt.Sprint(cause), cause: cause}
 }
 
 func closedError(what string) error {
