@@ -478,14 +478,16 @@ impl Target {
             // TLS server answers by closing the connection.
             let hint = match (self.tls, err.kind()) {
                 (true, ErrorKind::Timeout) => {
-                    "no TLS handshake reply: is this a plain-text port? (use redis://)"
+                    " (no TLS handshake reply: is this a plain-text port? (use redis://))"
                 }
                 (false, ErrorKind::Connection) if e.is_connection_dropped() || e.is_unrecoverable_error() => {
-                    "the server closed the connection: if it expects TLS, use rediss://"
+                    " (the server closed the connection: if it expects TLS, use rediss://)"
                 }
-                _ => return err,
+                _ => "",
             };
-            Error::new(err.kind(), format!("{} ({hint})", err.message()))
+            // Say which server: with several (Redlock, a list of seeds) the message is useless
+            // otherwise. `addr` is host:port/db, never the credentials.
+            Error::new(err.kind(), format!("{}: {}{hint}", self.addr, err.message()))
         })
     }
 }

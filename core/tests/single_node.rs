@@ -530,11 +530,14 @@ async fn password_never_leaks() {
     let bad = format!("redis://alice:{secret}-wrong@127.0.0.1:{}", server.port());
     let e = ferrolock::Client::connect(&bad, ClientOptions::default()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+    // Connect errors say which server (host:port/db), never with the credentials.
+    assert!(e.message().contains(&format!("127.0.0.1:{}/0", server.port())), "no server named in: {e}");
     texts.push(format!("{e} {e:?}"));
     let e =
         ferrolock::Client::connect(&format!("redis://alice:{secret}@127.0.0.1:1"), ClientOptions::default())
             .await
             .unwrap_err();
+    assert!(e.message().starts_with("127.0.0.1:1/0: "), "no server named in: {e}");
     texts.push(format!("{e} {e:?}"));
     let e = ferrolock::Client::connect(&format!("redis://alice:{secret}@[bad"), ClientOptions::default())
         .await
