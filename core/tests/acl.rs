@@ -172,3 +172,31 @@ async fn the_topology_additions_are_enough_and_needed() {
     assert!(denied.message().to_lowercase().contains("role"), "ROLE not named in: {denied}");
     no_secret(&denied);
 }
+
+// Redis Cluster: the driver learns the topology with `CLUSTER SLOTS`, so the rule set needs
+// `+cluster|slots` there (docs/SECURITY.md); without it the client cannot start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_rule_set_needs_cluster_slots() {
+    let cluster = ferrolock_testkit::RedisCluster::start(3, 0);
+    for node in &cluster.nodes {
+        make_user_with(node, "clusterer", None, &["+cluster|slots"]);
+        make_user_with(node, "no-slots", Some("+cluster|slots"), &["+cluster|slots"]);
+    }
+    let seeds: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
+    let via = |user: &str| format!("redis+cluster://{user}:{PASSWORD}@{}", seeds.join(","));
+    let mut o = ClientOptions::default();
+    o.connect_timeout = Duration::from_secs(2);
+    let ok = Client::connect(&via("clusterer"), o.clone()).await.expect("connect to the cluster");
+    for name in ["c-a", "c-b", "c-c"] {
+        cycle(&ok, name).await.expect("the rule set plus +cluster|slots is enough on a cluster");
+    }
+    let started = Instant::now();
+    let denied = match Client::connect(&via("no-slots"), o).await {
+        Err(e) => e,
+        Ok(c) => cycle(&c, "c-a").await.expect_err("a cluster client without +cluster|slots"),
+    };
+    assert_eq!(denied.kind(), ErrorKind::Permission, "{denied}");
+    assert!(denied.message().to_lowercase().contains("cluster"), "CLUSTER not named in: {denied}");
+    assert!(started.elapsed() < Duration::from_secs(5), "no retry loop: {:?}", started.elapsed());
+    no_secret(&denied);
+}
