@@ -169,6 +169,178 @@ fn b02_dead_holder_thread_lock_expires_within_ttl() {
     }
 }
 
+/// B4 (redisson #775): the master restarts without persistence under a renewed hold, so the
+/// hold is gone. The holder must be told LOST by its next renewal (refused by the server), well
+/// before its local deadline would say so anyway: a failed renewal is retried, not dropped.
+/// Controls: without the fault the renewed hold stays HELD past its TTL; a lease hold (no
+/// renewal) across the same restart stays HELD with its key gone: the silent loss this test
+/// would catch.
+#[test]
+fn b04_master_restart_during_renewed_hold_reports_lost() {
+    let mut server = RedisServer::start();
+    let c = blocking::Client::connect(&server.url(), opts()).unwrap();
+    let ttl = Duration::from_millis(1500);
+    let g = c.lock("b4", LockOptions::renewing(ttl)).unwrap().acquire(None).unwrap();
+    let (tx, lost) = std::sync::mpsc::channel();
+    g.on_lost(move |e| {
+        let _ = tx.send((Instant::now(), e));
+    });
+    // Control: no fault, the hold is renewed past its TTL and nothing reports a loss.
+    std::thread::sleep(ttl + ttl / 3);
+    assert_eq!(g.state(), LockState::Held, "control: a renewed hold without a fault stays held");
+    assert!(pttl(&server, "ferrolock:{b4}") > 0);
+    assert!(lost.try_recv().is_err(), "control: LOST without a fault");
+    let lease =
+        c.lock("b4-lease", LockOptions::lease(Duration::from_secs(4))).unwrap().acquire(None).unwrap();
+
+    let deadline_at_fault = Instant::now() + g.remaining();
+    server.restart(); // kill -9, start again on the same port: no persistence, the hold is gone
+    assert!(g.wait_lost(Duration::from_secs(3)), "the holder was never told its hold is gone");
+    let (lost_at, why) = lost.recv_timeout(Duration::from_secs(1)).expect("on_lost did not fire");
+    assert_eq!(why.kind(), ErrorKind::Lost);
+    eprintln!(
+        "LOST {:?} before the local deadline: {why}",
+        deadline_at_fault.saturating_duration_since(lost_at)
+    );
+    assert!(
+        lost_at + Duration::from_millis(100) < deadline_at_fault,
+        "LOST came {:?} before the local deadline only: renewal did not resume after the fault ({why})",
+        deadline_at_fault.saturating_duration_since(lost_at)
+    );
+    assert_eq!(g.state(), LockState::Lost);
+    assert_eq!(g.ensure(Duration::ZERO).unwrap_err().kind(), ErrorKind::Lost);
+    // Control: nothing tells a lease holder; it believes it holds a lock that is gone.
+    assert_eq!(lease.state(), LockState::Held, "control: the lease hold's loss is silent");
+    assert_eq!(pttl(&server, "ferrolock:{b4-lease}"), -2);
+    std::thread::sleep(ttl / 2); // the watchdog must not re-create the lost hold
+    assert_eq!(pttl(&server, "ferrolock:{b4}"), -2, "a lost hold was re-created");
+    assert_eq!(g.release().unwrap_err().kind(), ErrorKind::Lost);
+}
+
+const SENTINEL_NAME: &str = "fl-regress";
+
+/// 1 master, 1 replica, 1 sentinel: the minimal shape of core/tests/sentinel.rs's `Topology`
+/// (a forced `SENTINEL FAILOVER` needs no quorum, so one sentinel is enough).
+struct Failover {
+    _master: RedisServer,
+    replica: RedisServer,
+    sentinel: RedisServer,
+}
+
+impl Failover {
+    fn start() -> Failover {
+        // No 5 s diskless-sync delay before the replica's first sync.
+        let master = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+        let replica = RedisServer::start_replica_of(&master, &[]);
+        let sentinel = RedisServer::start_sentinel(&master, SENTINEL_NAME, 1);
+        sentinel.wait_for(Duration::from_secs(15), "the sentinel to see the replica", |s| {
+            let Ok(mut c) = s.conn() else { return false };
+            let r: redis::RedisResult<Vec<redis::Value>> =
+                redis::cmd("SENTINEL").arg("replicas").arg(SENTINEL_NAME).query(&mut c);
+            matches!(r, Ok(r) if r.len() == 1)
+        });
+        Failover { _master: master, replica, sentinel }
+    }
+
+    fn url(&self) -> String {
+        format!("redis+sentinel://127.0.0.1:{}/{SENTINEL_NAME}", self.sentinel.port())
+    }
+
+    /// `SENTINEL FAILOVER` (retried while the sentinel has no good replica yet), then wait until
+    /// the sentinel names the replica and the replica says it is a master.
+    fn failover(&self) {
+        let start = Instant::now();
+        loop {
+            let mut c = self.sentinel.conn().expect("sentinel");
+            match redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_NAME).query::<String>(&mut c) {
+                Ok(_) => break,
+                Err(e) => {
+                    assert!(start.elapsed() < Duration::from_secs(10), "SENTINEL FAILOVER: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        let port = self.replica.port();
+        self.sentinel.wait_for(Duration::from_secs(15), "the sentinel to name the replica", |s| {
+            s.cmd::<(String, u16)>(&["SENTINEL", "get-master-addr-by-name", SENTINEL_NAME]).1 == port
+        });
+        self.replica.wait_for(Duration::from_secs(10), "the replica to be promoted", |r| {
+            r.info_field("replication", "role").as_deref() == Some("master")
+        });
+    }
+}
+
+/// B5 (redisson #4822, #4706, #5205): after a Sentinel failover any client can take the lock,
+/// not only its old holder. A holder (renewing, TTL 3 s: longer than the failover, so its hold
+/// survives it) and a waiter of another client that started before the failover; after it the
+/// holder stops without releasing (a crash): the waiter gets the lock within TTL + retry, on the
+/// new master; then a client connected after the failover and the old holder's handle acquire
+/// too. If the hold did expire on the new master during the failover (asynchronous replication:
+/// renewals sent to the old master in the switch are lost), the old holder must be told LOST.
+/// Controls: before the failover the other client cannot take the held lock; and a hold that
+/// never expires on the new master (the stuck state of the bug) fails a bounded acquire.
+#[test]
+fn b05_after_failover_any_client_acquires_within_ttl_and_retry() {
+    let t0 = Instant::now();
+    let topo = Failover::start();
+    eprintln!("topology up in {:?}", t0.elapsed());
+    let ttl = Duration::from_millis(3000);
+    let retry = Duration::from_millis(500);
+    let holder = blocking::Client::connect(&topo.url(), opts()).unwrap();
+    let other = blocking::Client::connect(&topo.url(), opts()).unwrap();
+    let held = holder.lock("b5", LockOptions::renewing(ttl)).unwrap();
+    let g = held.acquire(None).unwrap();
+    let theirs = other.lock("b5", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    assert!(theirs.try_acquire().unwrap().is_none(), "control: the held lock is not free");
+    let waiter = {
+        let theirs = theirs.clone();
+        std::thread::spawn(move || {
+            let r = theirs.acquire(Some(Duration::from_secs(9)));
+            (r, Instant::now())
+        })
+    };
+    let t = Instant::now();
+    topo.failover();
+    eprintln!("failover done in {:?}", t.elapsed());
+    let new_master = format!("127.0.0.1:{}", topo.replica.port());
+    let start = Instant::now();
+    while holder.as_async().sentinel_master().as_deref() != Some(new_master.as_str()) {
+        assert!(start.elapsed() < Duration::from_secs(5), "the holder's client did not follow the failover");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("holder after the failover: {:?}", g.state());
+    if waiter.is_finished() {
+        eprintln!("the hold expired on the new master during the failover");
+        assert!(g.wait_lost(ttl), "another client holds the lock and the old holder was not told LOST");
+    }
+    let t_crash = Instant::now();
+    drop(g); // the holder stops renewing without releasing
+    let (r, acquired_at) = waiter.join().unwrap();
+    let got = r.expect("the other client's waiter never got the lock after the failover");
+    let waited = acquired_at.saturating_duration_since(t_crash);
+    eprintln!("the other client acquired {waited:?} after the holder stopped");
+    assert!(waited <= ttl + retry, "the other client waited {waited:?} > TTL + retry");
+    assert_eq!(
+        topo.replica.cmd::<i64>(&["EXISTS", "ferrolock:{b5}"]),
+        1,
+        "the grant is not on the new master"
+    );
+    got.release().unwrap();
+    // A client connected after the failover, and the old holder's handle: the lock is free now.
+    let fresh = blocking::Client::connect(&topo.url(), opts()).unwrap();
+    let fl = fresh.lock("b5", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    fl.acquire(Some(retry)).expect("a client connected after the failover").release().unwrap();
+    held.acquire(Some(retry)).expect("the old holder's handle").release().unwrap();
+    // Control: a hold that never expires on the new master fails a bounded acquire (here TTL
+    // 500 ms + retry).
+    let _: i64 =
+        topo.replica.cmd(&["HSET", "ferrolock:{b5-stuck}", "owner", "nobody", "count", "1", "fence", "1"]);
+    let short = Duration::from_millis(500);
+    let e =
+        fresh.lock("b5-stuck", LockOptions::lease(short)).unwrap().acquire(Some(short + retry)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "control: {e}");
+}
+
 /// B6 (redisson #3636): the holder alone is cut off (blackholed proxy); LOST must fire before
 /// another client acquires. Control: without the cut the other client cannot acquire.
 #[test]
@@ -218,6 +390,71 @@ fn b07_renewal_by_non_owner_does_not_extend() {
     assert_eq!(r, 1);
     assert!(pttl(&server, HOLD) > 50_000, "control: the owner's extend works");
     g.release().unwrap();
+}
+
+fn send_sync<T: Send + Sync>() {}
+
+/// B8 (redis-py #656, #3535, #3540): the owner is the lock handle's token, not the thread or
+/// task that acquired (DESIGN §7): guards are `Send + Sync`; a guard released on another thread
+/// or tokio task releases the lock, and a clone of the handle re-enters from any thread. Another
+/// handle (another token) contends instead of sharing the hold, and its stale guard's release is
+/// a typed `NotHeld` that deletes nothing. Control: the owner's release from the other thread or
+/// task does delete.
+#[test]
+fn b08_release_from_another_thread_or_task() {
+    send_sync::<blocking::Guard>();
+    send_sync::<ferrolock::Guard>();
+    let server = RedisServer::start();
+    let c = blocking::Client::connect(&server.url(), opts()).unwrap();
+    let lease = LockOptions::lease(Duration::from_secs(5));
+    let mine = c.lock("b", lease).unwrap();
+    let theirs = c.lock("b", lease).unwrap();
+    let stale = theirs.acquire(None).unwrap(); // the other handle's earlier hold, released since
+    stale.release().unwrap();
+    let g = mine.acquire(None).unwrap();
+    let fence = g.fence();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert!(theirs.try_acquire().unwrap().is_none(), "another handle shared the hold");
+            let e = stale.release().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotHeld, "{e}");
+        });
+    });
+    let info = c.inspect("b").unwrap().expect("the other handle's release deleted the hold");
+    assert_eq!(info.fence, fence);
+    assert!(pttl(&server, HOLD) > 0);
+    let m = mine.clone();
+    std::thread::spawn(move || {
+        let again = m.try_acquire().unwrap().expect("a clone of the owner's handle re-enters");
+        assert_eq!((again.fence(), again.count()), (fence, 2));
+        again.release().unwrap();
+        g.release().unwrap(); // moved here from the acquiring thread
+        assert_eq!(g.state(), LockState::Released);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(pttl(&server, HOLD), -2, "control: the owner's release from another thread deletes");
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let c = ferrolock::Client::connect(&server.url(), opts()).await.unwrap();
+        let mine = c.lock("b", lease).unwrap();
+        let theirs = c.lock("b", lease).unwrap();
+        let m = mine.clone();
+        let g = Arc::new(tokio::spawn(async move { m.acquire(None).await }).await.unwrap().unwrap());
+        let t = theirs.clone();
+        let other = tokio::spawn(async move { t.try_acquire().await }).await.unwrap().unwrap();
+        assert!(other.is_none(), "another handle's task shared the hold");
+        let g2 = g.clone();
+        tokio::spawn(async move { g2.release().await }).await.unwrap().unwrap();
+        assert!(c.inspect("b").await.unwrap().is_none(), "control: the release from another task deletes");
+        let h = theirs.acquire(Some(Duration::from_secs(1))).await.unwrap();
+        let e = g.release().await.unwrap_err(); // the acquiring task's copy, already released
+        assert_eq!(e.kind(), ErrorKind::NotHeld, "{e}");
+        let info = c.inspect("b").await.unwrap().expect("a stale release deleted the next holder's lock");
+        assert_eq!(info.fence, h.fence());
+        h.release().await.unwrap();
+    });
 }
 
 /// B10 (redis-py #4258): the connection drops during release; the guard stays releasable and a
