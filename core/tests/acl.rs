@@ -200,3 +200,30 @@ async fn on_a_cluster_the_rule_set_needs_cluster_slots() {
     assert!(started.elapsed() < Duration::from_secs(5), "no retry loop: {:?}", started.elapsed());
     no_secret(&denied);
 }
+
+// B18 (RELIABILITY.md): where scripts may not call `TIME` (an ACL without `+time`, as some
+// managed services do), acquiring still works and the fence falls back to the stored counter
+// alone (docs/PROTOCOL.md). The control: with `+time` the fence is the server time in µs.
+#[tokio::test]
+async fn b18_without_time_in_scripts_the_fence_falls_back_to_the_counter() {
+    let server = RedisServer::start();
+    make_user(&server, "timeless", Some("+time"));
+    make_user(&server, "locker", None);
+    let now_us =
+        || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+    let timeless =
+        Client::connect(&url(&server, "timeless"), ClientOptions::default()).await.expect("connect");
+    let mut fences = Vec::new();
+    for _ in 0..3 {
+        let g = timeless.lock("b18", LockOptions::lease(Duration::from_secs(5))).unwrap().try_acquire().await;
+        let g = g.expect("acquire without +time").expect("free");
+        fences.push(g.fence());
+        g.release().await.unwrap();
+    }
+    assert_eq!(fences, vec![1, 2, 3], "counter-only fences");
+    let before = now_us();
+    let timed = Client::connect(&url(&server, "locker"), ClientOptions::default()).await.expect("connect");
+    let g = timed.lock("b18", LockOptions::lease(Duration::from_secs(5))).unwrap().try_acquire().await;
+    let fence = g.unwrap().expect("free").fence();
+    assert!(fence >= before && fence > 3, "with +time the fence is the server time in µs: {fence}");
+}
