@@ -139,8 +139,9 @@ impl Client {
     /// Connect to `url`: `redis://[user:password@]host[:port][/db]`, `rediss://` for TLS, or
     /// `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db]` to find the
     /// master through Sentinel and follow its failovers (credentials and db are the master's;
-    /// the sentinels are asked without credentials). With the `cluster` feature,
-    /// `redis+cluster://[user:password@]host:port[,host:port…]` names seed nodes of a Redis
+    /// the sentinels are asked without credentials), or `rediss+sentinel://…` for the same over
+    /// TLS to the sentinels and the masters (`opts.tls` applies to both). With the `cluster`
+    /// feature, `redis+cluster://[user:password@]host:port[,host:port…]` names seed nodes of a Redis
     /// Cluster.
     pub async fn connect(url: &str, opts: ClientOptions) -> Result<Client> {
         opts.validate()?;
@@ -524,8 +525,8 @@ pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
     if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix") {
         return Err(Error::new(
             ErrorKind::InvalidUrl,
-            "unsupported URL scheme (expected redis://, rediss://, redis+unix://, redis+sentinel:// or \
-             redis+cluster://)",
+            "unsupported URL scheme (expected redis://, rediss://, redis+unix://, redis+sentinel://, \
+             rediss+sentinel:// or redis+cluster://)",
         ));
     }
     // Never echo the URL: it may carry a password.

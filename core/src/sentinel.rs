@@ -6,6 +6,15 @@
 //! credentials and db are the master's; the sentinels are asked with the `sentinel_*` query
 //! parameters (percent-encoded) if given, and without credentials otherwise.
 //!
+//! TLS: `rediss+sentinel://…` (same syntax) speaks TLS to the sentinels *and* to every master
+//! they name, with the CA and client certificate of `ClientOptions::tls`, verified like
+//! `rediss://`: the chain against the given CA (or the system store) and the name against the
+//! host, i.e. the sentinel's host as written in the URL and the master's host as the sentinels
+//! report it (an IP unless they run with `announce-hostnames yes`, so the master's certificate
+//! must name that IP, or the sentinels must announce host names). There is no mixed mode and no
+//! way to turn verification off; TLS options with a plain `redis+sentinel://` URL are refused
+//! (`InvalidConfig`) rather than ignored.
+//!
 //! A `ConnectionManager` reconnects to the address it was built with, so it does not follow a
 //! failover by itself (docs/TOOLCHAIN). [`SentinelConn`] keeps the current master's manager and
 //! replaces it when the sentinels name another master. It asks them again when a command fails
@@ -26,16 +35,30 @@ use redis::{ConnectionAddr, PushInfo, PushKind, RedisResult, Value};
 use crate::client::Target;
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::Notifier;
-use crate::options::ClientOptions;
+use crate::options::{ClientOptions, TlsOptions};
 
 const SCHEME: &str = "redis+sentinel://";
+/// TLS to the sentinels and to the masters they name.
+const TLS_SCHEME: &str = "rediss+sentinel://";
 const DEFAULT_PORT: u16 = 26379;
 /// Least time between two lookups triggered by command errors (each opens a connection to a
 /// sentinel; `+switch-master` bypasses it).
 const REFRESH_GAP: Duration = Duration::from_millis(250);
 
 pub(crate) fn is_sentinel_url(url: &str) -> bool {
-    url.get(..SCHEME.len()).is_some_and(|s| s.eq_ignore_ascii_case(SCHEME))
+    scheme_of(url).is_some()
+}
+
+/// The length of the sentinel scheme `url` starts with, and whether it is the TLS one.
+fn scheme_of(url: &str) -> Option<(usize, bool)> {
+    let starts = |scheme: &str| url.get(..scheme.len()).is_some_and(|s| s.eq_ignore_ascii_case(scheme));
+    if starts(SCHEME) {
+        Some((SCHEME.len(), false))
+    } else if starts(TLS_SCHEME) {
+        Some((TLS_SCHEME.len(), true))
+    } else {
+        None
+    }
 }
 
 /// A parsed sentinel URL.
@@ -44,8 +67,11 @@ pub(crate) struct SentinelConfig {
     pub master: String,
     /// The master's connection settings (credentials, db); the address is filled in per master.
     template: redis::ConnectionInfo,
-    /// The sentinels' own credentials (`sentinel_username`, `sentinel_password`).
-    sentinel_auth: (Option<String>, Option<String>),
+    /// `rediss+sentinel://`: TLS to the sentinels and the masters.
+    tls: bool,
+    /// One client per entry of `sentinels`, with the sentinels' own credentials
+    /// (`sentinel_username`, `sentinel_password`) and, with `tls`, the TLS options.
+    sentinel_clients: Vec<redis::Client>,
     pub secrets: Vec<String>,
 }
 
@@ -54,21 +80,23 @@ fn bad_url(why: &str) -> Error {
     Error::new(
         ErrorKind::InvalidUrl,
         format!(
-            "sentinel URL: {why} (expected {SCHEME}host:port[,host:port]/master-name[/db]\
-             [?sentinel_username=…&sentinel_password=…])"
+            "sentinel URL: {why} (expected {SCHEME} or {TLS_SCHEME}, then host:port[,host:port]/\
+             master-name[/db][?sentinel_username=…&sentinel_password=…])"
         ),
     )
 }
 
 impl SentinelConfig {
     pub fn parse(url: &str, opts: &ClientOptions) -> Result<SentinelConfig> {
-        if opts.tls.is_set() {
+        let (scheme_len, tls) = scheme_of(url).ok_or_else(|| bad_url("not a sentinel URL"))?;
+        if opts.tls.is_set() && !tls {
             return Err(Error::new(
                 ErrorKind::InvalidConfig,
-                "TLS options are set, but TLS through Sentinel is not supported: refusing to connect in clear text",
+                "TLS options are set but the URL is redis+sentinel://: refusing to connect in clear text \
+                 (use rediss+sentinel:// for TLS to the sentinels and the masters)",
             ));
         }
-        let rest = &url[SCHEME.len()..];
+        let rest = &url[scheme_len..];
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (authority, path) = rest.split_once('/').ok_or_else(|| bad_url("no master name"))?;
         let mut sentinel_auth: (Option<String>, Option<String>) = (None, None);
@@ -120,25 +148,56 @@ impl SentinelConfig {
             .map_err(|_| bad_url("cannot parse the credentials"))?;
         let mut secrets = crate::client::secrets_of(&template);
         secrets.extend(sentinel_auth.1.iter().filter(|p| !p.is_empty()).cloned());
-        Ok(SentinelConfig { sentinels, master: master.to_owned(), template, sentinel_auth, secrets })
+        let mut cfg = SentinelConfig {
+            sentinels,
+            master: master.to_owned(),
+            template,
+            tls,
+            sentinel_clients: Vec::new(),
+            secrets,
+        };
+        // Built before any I/O: unusable certificates fail here, once.
+        cfg.sentinel_clients = cfg
+            .sentinels
+            .iter()
+            .map(|(host, port)| cfg.sentinel_client(host, *port, &sentinel_auth, &opts.tls))
+            .collect::<Result<_>>()?;
+        Ok(cfg)
     }
 
-    /// `sentinel(name via host:port, …)` for Debug output.
+    /// `sentinel(name via host:port, …[, tls])` for Debug output.
     pub fn describe(&self) -> String {
         let list: Vec<String> = self.sentinels.iter().map(|(h, p)| format!("{h}:{p}")).collect();
-        format!("sentinel({} via {})", self.master, list.join(", "))
+        let tls = if self.tls { ", tls" } else { "" };
+        format!("sentinel({} via {}{tls})", self.master, list.join(", "))
     }
 
-    fn sentinel_client(&self, host: &str, port: u16) -> RedisResult<redis::Client> {
-        let info = self.template.clone().set_addr(ConnectionAddr::Tcp(host.to_owned(), port));
-        let mut settings = redis::RedisConnectionInfo::default().set_protocol(redis::ProtocolVersion::RESP3);
-        if let Some(user) = &self.sentinel_auth.0 {
+    /// `host:port`, over TLS with `rediss+sentinel://` (host name verified: never `insecure`).
+    fn addr(&self, host: &str, port: u16) -> ConnectionAddr {
+        if self.tls {
+            ConnectionAddr::TcpTls { host: host.to_owned(), port, insecure: false, tls_params: None }
+        } else {
+            ConnectionAddr::Tcp(host.to_owned(), port)
+        }
+    }
+
+    /// A client for one sentinel, made like the masters' (`Target`: same TLS handling).
+    fn sentinel_client(
+        &self,
+        host: &str,
+        port: u16,
+        auth: &(Option<String>, Option<String>),
+        tls: &TlsOptions,
+    ) -> Result<redis::Client> {
+        let info = self.template.clone().set_addr(self.addr(host, port));
+        let mut settings = redis::RedisConnectionInfo::default();
+        if let Some(user) = &auth.0 {
             settings = settings.set_username(user);
         }
-        if let Some(password) = &self.sentinel_auth.1 {
+        if let Some(password) = &auth.1 {
             settings = settings.set_password(password);
         }
-        redis::Client::open(info.set_redis_settings(settings))
+        Ok(Target::from_info(info.set_redis_settings(settings), tls)?.client)
     }
 }
 
@@ -292,9 +351,8 @@ impl SentinelConn {
 async fn discover(cfg: &SentinelConfig, opts: &ClientOptions) -> Result<(String, u16)> {
     let mut unknown = 0;
     let mut last_err = None;
-    for (host, port) in &cfg.sentinels {
+    for client in &cfg.sentinel_clients {
         let ask = async {
-            let client = cfg.sentinel_client(host, *port)?;
             let config = redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(opts.connect_timeout))
                 .set_response_timeout(Some(opts.response_timeout));
@@ -342,8 +400,8 @@ async fn open_master(
     notifier: &Arc<Notifier>,
     addr: &(String, u16),
 ) -> Result<ConnectionManager> {
-    let info = cfg.template.clone().set_addr(ConnectionAddr::Tcp(addr.0.clone(), addr.1));
-    let target = Target::from_info(info, &Default::default())?;
+    let info = cfg.template.clone().set_addr(cfg.addr(&addr.0, addr.1));
+    let target = Target::from_info(info, &opts.tls)?;
     let mut m = target.manager(opts, Some(opts.response_timeout), notifier).await?;
     let role: Value = redis::cmd("ROLE")
         .query_async(&mut m)
@@ -367,19 +425,16 @@ async fn watch_switch(this: Weak<SentinelConn>) {
     loop {
         let (client, timeout) = {
             let Some(me) = this.upgrade() else { return };
-            let (host, port) = me.cfg.sentinels[next % me.cfg.sentinels.len()].clone();
+            let client = me.cfg.sentinel_clients[next % me.cfg.sentinel_clients.len()].clone();
             next += 1;
-            (me.cfg.sentinel_client(&host, port), me.opts.connect_timeout)
+            (client, me.opts.connect_timeout)
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PushInfo>();
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
             .set_push_sender(tx);
-        let conn = match client {
-            Ok(c) => c.get_multiplexed_async_connection_with_config(&config).await,
-            Err(e) => Err(e),
-        };
+        let conn = client.get_multiplexed_async_connection_with_config(&config).await;
         if let Ok(mut conn) = conn
             && conn.subscribe("+switch-master").await.is_ok()
         {

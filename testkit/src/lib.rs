@@ -183,6 +183,51 @@ impl RedisServer {
         Self::start_with(&args)
     }
 
+    /// A Sentinel that serves TLS on a second port ([`Self::tls_port`], certificates as in
+    /// [`Self::start_tls`]) and monitors `name` at `host:port` (a TLS port) over TLS
+    /// (`tls-replication yes`, which Sentinel uses for every link: masters, replicas, other
+    /// sentinels) with the client certificate of `certs`. `host` may be a host name
+    /// (`resolve-hostnames yes`); with `announce_hostnames` the sentinel reports masters and
+    /// replicas by the names they were given or announce (`replica-announce-ip`) rather than by
+    /// IP. The plain port stays open for the harness; timings as in [`Self::start_sentinel`].
+    pub fn start_tls_sentinel(
+        certs: &TlsCerts,
+        (host, port): (&str, u16),
+        name: &str,
+        quorum: u32,
+        announce_hostnames: bool,
+    ) -> RedisServer {
+        let announce = if announce_hostnames { "yes" } else { "no" };
+        let conf = format!(
+            "sentinel resolve-hostnames yes\n\
+             sentinel announce-hostnames {announce}\n\
+             sentinel monitor {name} {host} {port} {quorum}\n\
+             sentinel down-after-milliseconds {name} 1000\n\
+             sentinel failover-timeout {name} 10000\n"
+        );
+        let tls_port = free_port().to_string();
+        let args = [
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            certs.server_crt.to_str().expect("utf-8 path"),
+            "--tls-key-file",
+            certs.server_key.to_str().expect("utf-8 path"),
+            "--tls-ca-cert-file",
+            certs.ca_crt.to_str().expect("utf-8 path"),
+            "--tls-auth-clients",
+            "optional",
+            "--tls-replication",
+            "yes",
+            // Its own links present the client certificate (the server one is for serverAuth only).
+            "--tls-client-cert-file",
+            certs.client_crt.to_str().expect("utf-8 path"),
+            "--tls-client-key-file",
+            certs.client_key.to_str().expect("utf-8 path"),
+        ];
+        Self::start_inner(&args, Some(conf))
+    }
+
     /// The TLS port of a server made by [`Self::start_tls`].
     pub fn tls_port(&self) -> Option<u16> {
         let i = self.extra.iter().position(|a| a == "--tls-port")?;
