@@ -2,10 +2,12 @@
 // The Node chaos client: the same loop and history format as chaos/src/bin/chaos-client.rs.
 //
 //   node client.mjs --redis URL[,URL...] --resource HOST:PORT --name LOCK --id ID --history FILE
-//                   --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--seed N] [--reentrant]
+//                   --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--seed N]
+//                   [--reentrant]
 //
-// Until the stop file exists: acquire (watchdog-renewed lease), fenced READ -> work 5-10 ms ->
-// fenced WRITE (sent even if the lock was lost: a write in flight), release.
+// Until the stop file exists: acquire (watchdog-renewed lease), fenced READ -> work (5-10 ms; long
+// work ends early once the stop file exists) -> fenced WRITE (sent even if the lock was lost: a
+// write in flight), release.
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -31,6 +33,7 @@ const a = {
   history: arg('--history'), stopFile: arg('--stop-file'), ttl: Number(arg('--ttl-ms', '1000')),
   wait: Number(arg('--wait-ms', '5000')), seed: Number(arg('--seed', '1')), reentrant: argv.includes('--reentrant'),
 };
+const [workLo, workHi = workLo] = arg('--work-ms', '5-10').split('-').map(Number);
 
 // Seeded jitter (mulberry32).
 let seed = a.seed >>> 0;
@@ -56,6 +59,15 @@ const INFO = new Set(['TIMEOUT', 'CONNECTION', 'CANCELLED', 'INTERNAL']);
 const kindType = (e) => (INFO.has(e.code) ? 'info' : 'fail');
 const err = (e) => ({ error: e.code ?? 'ERROR', message: String(e.message) });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// Work for `ms`; long work (over 50 ms) ends early once the stop file exists.
+async function work(ms) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const left = end - Date.now();
+    if (left <= 0 || (ms > 50 && fs.existsSync(a.stopFile))) return;
+    await sleep(Math.min(left, 50));
+  }
+}
 
 async function connectResource(hostport) {
   const colon = hostport.lastIndexOf(':');
@@ -148,7 +160,7 @@ async function main() {
     if (r.startsWith('OK ')) {
       const v = BigInt(r.slice(3));
       emit('read', 'ok', fence, null, { value: v });
-      await sleep(5 + rand() * 5);
+      await work(workLo + rand() * (workHi - workLo));
       emit('write', 'invoke', fence, null, { value: v + 1n });
       const w = await res.call(`WRITE ${fence} ${v + 1n}`);
       if (w === 'OK') emit('write', 'ok', fence, null, { value: v + 1n });

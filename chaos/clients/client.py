@@ -2,11 +2,11 @@
 """The Python chaos client: the same loop and history format as chaos/src/bin/chaos-client.rs.
 
     client.py --redis URL[,URL...] --resource HOST:PORT --name LOCK --id ID --history FILE
-              --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--seed N] [--reentrant]
+              --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--seed N] [--reentrant]
 
-Until the stop file exists: acquire (watchdog-renewed lease), fenced READ -> work 5-10 ms ->
-fenced WRITE (sent even if the lock was lost: a write in flight), release. One JSON line per
-step. More than one URL means Redlock.
+Until the stop file exists: acquire (watchdog-renewed lease), fenced READ -> work (5-10 ms; long
+work ends early once the stop file exists) -> fenced WRITE (sent even if the lock was lost: a
+write in flight), release. One JSON line per step. More than one URL means Redlock.
 """
 
 from __future__ import annotations
@@ -66,16 +66,29 @@ def kind_type(e: BaseException) -> str:
     return "info" if getattr(e, "name", "") in INFO_KINDS else "fail"
 
 
+def do_work(seconds: float, stop_file: str) -> None:
+    """Work for `seconds`; long work (over 50 ms) ends early once the stop file exists."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left <= 0 or (seconds > 0.05 and os.path.exists(stop_file)):
+            return
+        time.sleep(min(left, 0.05))
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     for a in ("--redis", "--resource", "--name", "--id", "--history", "--stop-file"):
         p.add_argument(a, required=True)
     p.add_argument("--ttl-ms", type=int, default=1000)
     p.add_argument("--wait-ms", type=int, default=5000)
+    p.add_argument("--work-ms", default="5-10")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--reentrant", action="store_true")
     a = p.parse_args()
     rng = random.Random(a.seed)
+    lo, _, hi = a.work_ms.partition("-")
+    work = (int(lo) / 1000, int(hi or lo) / 1000)
     h = History(a.history, a.id, a.name)
     h.emit("start", "ok")
     urls = a.redis.split(",")
@@ -146,7 +159,7 @@ def main() -> int:
         if r.startswith("OK "):
             v = int(r[3:])
             h.emit("read", "ok", fence, value=v)
-            time.sleep(rng.uniform(0.005, 0.010))
+            do_work(rng.uniform(*work), a.stop_file)
             h.emit("write", "invoke", fence, value=v + 1)
             w = res.call(f"WRITE {fence} {v + 1}")
             if w == "OK":

@@ -1,13 +1,26 @@
-//! The delay proxy of fault N4 (`tc netem` is not available on this kernel): a user-space TCP
-//! proxy on a free loopback port that forwards to one master and holds every chunk for the
-//! current delay in each direction. The delay can be changed while connections are open; order
-//! within a direction is always kept (one writer per direction, FIFO).
+//! The link proxy of faults N4 and N5 (`tc netem` and `iptables` need root and are not
+//! available here): a user-space TCP proxy on a free loopback port that forwards to one master.
+//!
+//! - **Delay** (N4): every chunk is held for the current delay in each direction. The delay can
+//!   be changed while connections are open; order within a direction is always kept (one writer
+//!   per direction, FIFO).
+//! - **Blackhole** (N5, like `iptables -j DROP` on this link): while set, no byte is forwarded in
+//!   either direction and nothing is closed; new connections are accepted by the kernel (the
+//!   proxy cannot refuse a SYN without root) but hang: the proxy neither reads them nor connects
+//!   upstream. When the blackhole is lifted, what was held is delivered in the order it was sent
+//!   on this link, as TCP retransmission would (so a renewal sent before a release never arrives
+//!   after it); a connection opened during the blackhole reaches the master only if its client
+//!   still has it open (a client that gave up on a dropped SYN never reached the server), and a
+//!   close held back is delivered as a close.
+//!
+//! Not modelled: kernel-level behaviour (RST or ICMP unreachable as with `REJECT`, connect
+//! timeouts on a dropped SYN, retransmission back-off after the heal, TCP keepalive giving up).
 
-use std::io::{Read, Write};
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::Duration;
 
 use crate::monotonic_ns;
@@ -15,8 +28,33 @@ use crate::monotonic_ns;
 #[derive(Debug)]
 pub struct DelayProxy {
     pub addr: String,
-    delay_us: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    upstream: String,
+    delay_us: AtomicU64,
+    stop: AtomicBool,
+    gate: Mutex<Gate>,
+}
+
+/// What a blackhole holds back.
+#[derive(Debug, Default)]
+struct Gate {
+    blackholed: bool,
+    /// The held bytes are being delivered: later bytes queue behind them.
+    draining: bool,
+    /// Chunks (or a close, `None`) in the order the proxy would have forwarded them.
+    held: VecDeque<(Arc<TcpStream>, Option<Vec<u8>>)>,
+    /// Connections accepted during the blackhole: not read, not connected upstream.
+    pending: Vec<TcpStream>,
+}
+
+impl Shared {
+    fn gate(&self) -> MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl DelayProxy {
@@ -24,31 +62,79 @@ impl DelayProxy {
     pub fn start(upstream: String) -> std::io::Result<DelayProxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?.to_string();
-        let delay_us = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (d, s) = (delay_us.clone(), stop.clone());
+        let shared = Arc::new(Shared {
+            upstream,
+            delay_us: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            gate: Mutex::new(Gate::default()),
+        });
+        let sh = shared.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
-                if s.load(Ordering::Relaxed) {
+                if sh.stop.load(Ordering::Relaxed) {
                     return;
                 }
                 let Ok(down) = conn else { continue };
-                let Ok(up) = TcpStream::connect(&upstream) else {
-                    let _ = down.shutdown(Shutdown::Both);
-                    continue;
-                };
-                let _ = (down.set_nodelay(true), up.set_nodelay(true));
-                let (Ok(down2), Ok(up2)) = (down.try_clone(), up.try_clone()) else { continue };
-                pump(down, up2, d.clone(), s.clone());
-                pump(up, down2, d.clone(), s.clone());
+                {
+                    let mut g = sh.gate();
+                    if g.blackholed {
+                        g.pending.push(down);
+                        continue;
+                    }
+                }
+                link(down, Vec::new(), &sh);
             }
         });
-        Ok(DelayProxy { addr, delay_us, stop })
+        Ok(DelayProxy { addr, shared })
     }
 
     /// Set the one-way delay (each direction).
     pub fn set_delay(&self, d: Duration) {
-        self.delay_us.store(d.as_micros() as u64, Ordering::Relaxed);
+        self.shared.delay_us.store(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Blackhole the link (`true`) or lift the blackhole and deliver what it held (`false`).
+    pub fn set_blackhole(&self, on: bool) {
+        let sh = &self.shared;
+        let mut g = sh.gate();
+        if g.blackholed == on {
+            return;
+        }
+        g.blackholed = on;
+        if on || g.draining {
+            return;
+        }
+        g.draining = true;
+        loop {
+            let held: Vec<_> = g.held.drain(..).collect();
+            let pending = std::mem::take(&mut g.pending);
+            if (held.is_empty() && pending.is_empty()) || sh.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            drop(g);
+            for (to, chunk) in held {
+                match chunk {
+                    Some(b) => {
+                        let _ = (&*to).write_all(&b);
+                    }
+                    None => {
+                        let _ = to.shutdown(Shutdown::Both);
+                    }
+                }
+            }
+            for down in pending {
+                reopen(down, sh);
+            }
+            g = sh.gate();
+            if g.blackholed {
+                break; // cut again meanwhile: the rest stays held
+            }
+        }
+        g.draining = false;
+    }
+
+    pub fn blackholed(&self) -> bool {
+        self.shared.gate().blackholed
     }
 
     pub fn url(&self) -> String {
@@ -58,21 +144,68 @@ impl DelayProxy {
 
 impl Drop for DelayProxy {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let (held, pending) = {
+            let mut g = self.shared.gate();
+            (std::mem::take(&mut g.held), std::mem::take(&mut g.pending))
+        };
+        for (to, _) in held {
+            let _ = to.shutdown(Shutdown::Both);
+        }
+        drop(pending);
         let _ = TcpStream::connect(&self.addr);
     }
 }
 
-/// Forward `from` → `to`, each chunk released `delay` after it was read.
-fn pump(mut from: TcpStream, mut to: TcpStream, delay_us: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
+/// A connection accepted during a blackhole, now lifted: its client gave up (closed it) or it
+/// goes upstream with whatever the client sent meanwhile.
+fn reopen(down: TcpStream, sh: &Arc<Shared>) {
+    if down.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut sent = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match (&down).read(&mut buf) {
+            Ok(0) => return, // closed by its client: never reached the server
+            Ok(n) => sent.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(_) => return,
+        }
+    }
+    if down.set_nonblocking(false).is_ok() {
+        link(down, sent, sh);
+    }
+}
+
+/// Connect `down` to the upstream and start both directions, `first` sent upstream first.
+fn link(down: TcpStream, first: Vec<u8>, sh: &Arc<Shared>) {
+    let Ok(up) = TcpStream::connect(&sh.upstream) else {
+        let _ = down.shutdown(Shutdown::Both);
+        return;
+    };
+    let _ = (down.set_nodelay(true), up.set_nodelay(true));
+    if !first.is_empty() && (&up).write_all(&first).is_err() {
+        let _ = down.shutdown(Shutdown::Both);
+        return;
+    }
+    let (Ok(down2), Ok(up2)) = (down.try_clone(), up.try_clone()) else { return };
+    pump(down, up2, sh.clone());
+    pump(up, down2, sh.clone());
+}
+
+/// Forward `from` → `to`, each chunk released `delay` after it was read, or held by the
+/// blackhole.
+fn pump(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>) {
     let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
+    let delay = sh.clone();
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let due = monotonic_ns() + delay_us.load(Ordering::Relaxed) * 1000;
+                    let due = monotonic_ns() + delay.delay_us.load(Ordering::Relaxed) * 1000;
                     if tx.send((due, buf[..n].to_vec())).is_err() {
                         break;
                     }
@@ -81,15 +214,33 @@ fn pump(mut from: TcpStream, mut to: TcpStream, delay_us: Arc<AtomicU64>, stop: 
         }
     });
     std::thread::spawn(move || {
+        let to = Arc::new(to);
+        // Forward now, or queue behind the blackhole (and behind what it still holds).
+        let pass = |chunk: Option<Vec<u8>>| -> Option<Option<Vec<u8>>> {
+            let mut g = sh.gate();
+            if g.blackholed || g.draining || !g.held.is_empty() {
+                g.held.push_back((to.clone(), chunk));
+                None
+            } else {
+                Some(chunk)
+            }
+        };
         for (due, chunk) in rx {
             let now = monotonic_ns();
             if due > now {
                 std::thread::sleep(Duration::from_nanos(due - now));
             }
-            if stop.load(Ordering::Relaxed) || to.write_all(&chunk).is_err() {
+            if sh.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Some(Some(b)) = pass(Some(chunk))
+                && (&*to).write_all(&b).is_err()
+            {
                 break;
             }
         }
-        let _ = to.shutdown(Shutdown::Both);
+        if sh.stop.load(Ordering::Relaxed) || pass(None).is_some() {
+            let _ = to.shutdown(Shutdown::Both);
+        }
     });
 }

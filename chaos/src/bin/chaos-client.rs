@@ -6,8 +6,9 @@
 //!              [--seed N] [--response-timeout-ms 250]
 //! ```
 //!
-//! Until the stop file exists: acquire (watchdog-renewed lease of `ttl`), fenced read → work →
-//! fenced write, release; every step is a history line. More than one URL means Redlock.
+//! Until the stop file exists: acquire (watchdog-renewed lease of `ttl`), fenced read → work
+//! (long work, over 50 ms, ends early once the stop file exists) → fenced write, release; every
+//! step is a history line. More than one URL means Redlock.
 //! The write is sent even if the lock was lost meanwhile: it models a write already in flight,
 //! which only the resource's fencing check can stop.
 
@@ -75,6 +76,18 @@ fn kind_type(k: ErrorKind) -> &'static str {
 
 fn err_json(e: &ferrolock::Error) -> serde_json::Value {
     json!({"error": e.kind().name(), "message": e.to_string()})
+}
+
+/// Work for `d`; long work (over 50 ms) ends early once the stop file exists.
+fn work(d: Duration, stop_file: &std::path::Path) {
+    let end = std::time::Instant::now() + d;
+    loop {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || (d > Duration::from_millis(50) && stop_file.exists()) {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
 }
 
 /// The hold being sampled and its last logged deadline.
@@ -193,7 +206,7 @@ fn run(a: &Args, h: &Arc<History>) -> Result<(), Box<dyn std::error::Error>> {
         match res.read(fence)? {
             Reply::Ok(v) => {
                 h.emit("read", "ok", Some(fence), None, json!({"value": v}));
-                std::thread::sleep(Duration::from_millis(rng.range(a.work.0, a.work.1)));
+                work(Duration::from_millis(rng.range(a.work.0, a.work.1)), &a.stop_file);
                 h.emit("write", "invoke", Some(fence), None, json!({"value": v + 1}));
                 match res.write(fence, v + 1)? {
                     Reply::Ok(_) => h.emit("write", "ok", Some(fence), None, json!({"value": v + 1})),

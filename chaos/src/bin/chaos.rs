@@ -51,9 +51,26 @@ enum Fault {
     ScriptFlush,
     /// N10: CLIENT KILL TYPE normal, CLIENT PAUSE WRITE 1500, maxclients reached.
     ConnFaults,
-    /// N5: partitions in network namespaces (see `partition_supported`).
-    Partition,
+    /// N5: partitions. Every client reaches each master through a proxy of its own, and the
+    /// nemesis blackholes chosen (client, master) links (`proxy.rs`).
+    Partition(Cut),
 }
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Cut {
+    /// One master, for every client, 1.2–1.8 s at a time (another master each time).
+    OneMaster,
+    /// The holder alone, from every master, for 2×TTL (B6). The non-reentrant client of each
+    /// language works `LONG_WORK_MS` in its critical sections, so that a cut holder is still in
+    /// its critical section when its lease expires.
+    Holder,
+    /// Two client groups: one sees masters 0,1,2 and the other 2,3,4, for 1.5–2 s at a time.
+    Split,
+}
+
+/// Work time of the long critical sections of the holder-partition scenario: longer than the
+/// rest of a cut holder's lease (at most TTL after its last renewal) plus another's acquire.
+const LONG_WORK_MS: (u64, u64) = (1500, 2000);
 
 #[derive(Clone, Debug)]
 struct Scenario {
@@ -187,10 +204,28 @@ fn scenarios() -> Vec<Scenario> {
             false,
         ),
         s(
-            "w1-n5",
-            "N5 partition of the holder from the master (network namespaces)",
+            "w2-n5a",
+            "N5 Redlock: one of 5 masters blackholed for every client, 1.2-1.8 s at a time (link proxies)",
+            5,
+            Fault::Partition(Cut::OneMaster),
+            false,
+            true,
+            false,
+        ),
+        s(
+            "w1-n5b",
+            "N5 the holder alone blackholed from the master for 2xTTL (B6; link proxies)",
             1,
-            Fault::Partition,
+            Fault::Partition(Cut::Holder),
+            false,
+            true,
+            true,
+        ),
+        s(
+            "w2-n5c",
+            "N5 Redlock: client groups split, masters A,B,C / C,D,E (link proxies)",
+            5,
+            Fault::Partition(Cut::Split),
             false,
             true,
             false,
@@ -312,13 +347,6 @@ fn suite(args: &[String]) {
         if !s.only.is_empty() && !s.only.iter().any(|o| sc.name.contains(o.as_str())) {
             continue;
         }
-        if sc.fault == Fault::Partition
-            && let Err(why) = partition_supported()
-        {
-            eprintln!("chaos: {} skipped: {why}", sc.name);
-            runs.push(json!({"scenario": sc.name, "what": sc.what, "skipped": why}));
-            continue;
-        }
         for control in [false, true] {
             let seed = s.seed.wrapping_mul(1000).wrapping_add(k as u64 * 2 + control as u64);
             let t0 = Instant::now();
@@ -428,11 +456,29 @@ struct ClientProc {
     killed: bool,
 }
 
+/// N5: one client's links, one proxy per master.
+struct Links {
+    id: String,
+    pid: u32,
+    /// Split partition: 0 sees masters 0,1,2 and 1 sees 2,3,4 during a cut.
+    group: usize,
+    /// Works `LONG_WORK_MS` in its critical sections (holder partition).
+    long: bool,
+    proxies: Vec<DelayProxy>,
+}
+
 struct Ctx {
     dir: PathBuf,
     servers: Vec<Arc<Mutex<RedisServer>>>,
-    /// What clients connect to (the servers, or their delay proxies).
+    /// The masters' addresses.
+    addrs: Vec<String>,
+    /// What clients connect to (the servers, or their delay proxies) unless `per_link`.
     urls: Vec<String>,
+    /// N5: every client gets proxies of its own (`links`).
+    per_link: bool,
+    links: Mutex<Vec<Links>>,
+    /// Work time of the non-reentrant clients, if not the default 5–10 ms.
+    long_work: Option<(u64, u64)>,
     resource: Resource,
     clients: Mutex<Vec<ClientProc>>,
     nemesis_log: Mutex<File>,
@@ -482,18 +528,23 @@ impl Ctx {
         };
         let id = format!("{}-{n}", lang.lang);
         let log = File::create(self.dir.join(format!("client-{id}.log"))).ok();
+        let proxies: Vec<DelayProxy> = if self.per_link {
+            self.addrs
+                .iter()
+                .map(|a| DelayProxy::start(a.clone()).unwrap_or_else(|e| die(&format!("proxy: {e}"))))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let urls = if self.per_link {
+            proxies.iter().map(DelayProxy::url).collect::<Vec<_>>().join(",")
+        } else {
+            self.urls.join(",")
+        };
+        let long = self.long_work.filter(|_| !reentrant);
         let mut cmd = Command::new(&lang.cmd[0]);
         cmd.args(&lang.cmd[1..])
-            .args([
-                "--redis",
-                &self.urls.join(","),
-                "--resource",
-                &self.resource.addr,
-                "--name",
-                LOCK,
-                "--id",
-                &id,
-            ])
+            .args(["--redis", &urls, "--resource", &self.resource.addr, "--name", LOCK, "--id", &id])
             .arg("--history")
             .arg(self.dir.join(format!("history-{id}.jsonl")))
             .arg("--stop-file")
@@ -502,6 +553,9 @@ impl Ctx {
             .stdin(Stdio::null());
         if reentrant {
             cmd.arg("--reentrant");
+        }
+        if let Some((lo, hi)) = long {
+            cmd.args(["--work-ms", &format!("{lo}-{hi}")]);
         }
         match log.as_ref().and_then(|f| Some((f.try_clone().ok()?, f.try_clone().ok()?))) {
             Some((o, e)) => {
@@ -519,14 +573,68 @@ impl Ctx {
             });
         }
         match on_spawner(move || cmd.spawn()) {
-            Ok(child) => self.clients.lock().unwrap_or_else(|p| p.into_inner()).push(ClientProc {
-                id,
-                lang: lang.lang.clone(),
-                child,
-                killed: false,
-            }),
+            Ok(child) => {
+                if self.per_link {
+                    let (pid, group) = (child.id(), n % 2);
+                    self.log(
+                        "links",
+                        "start",
+                        json!({"pid": pid, "client": id, "group": group, "long": long.is_some(),
+                               "proxies": proxies.iter().map(|p| p.addr.clone()).collect::<Vec<_>>()}),
+                    );
+                    let links = Links { id: id.clone(), pid, group, long: long.is_some(), proxies };
+                    self.links.lock().unwrap_or_else(|p| p.into_inner()).push(links);
+                }
+                self.clients.lock().unwrap_or_else(|p| p.into_inner()).push(ClientProc {
+                    id,
+                    lang: lang.lang.clone(),
+                    child,
+                    killed: false,
+                })
+            }
             Err(e) => die(&format!("cannot start {} client {:?}: {e}", lang.lang, lang.cmd)),
         }
+    }
+
+    /// Blackhole (`on`) or heal the links of the clients `which` selects to the masters `nodes`.
+    fn cut(&self, which: impl Fn(&Links) -> bool, nodes: &[usize], on: bool) -> Vec<String> {
+        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ids = Vec::new();
+        for l in links.iter().filter(|l| which(l)) {
+            for &i in nodes {
+                if let Some(p) = l.proxies.get(i) {
+                    p.set_blackhole(on);
+                }
+            }
+            ids.push(l.id.clone());
+        }
+        ids
+    }
+
+    /// A long-working client that entered its critical section less than `fresh` ago (from the
+    /// resource), waiting up to `within`, claimed like [`Self::find_holder`].
+    fn find_fresh_long_holder(
+        &self,
+        within: Duration,
+        fresh: Duration,
+    ) -> Option<ferrolock_chaos::resource::InCs> {
+        let end = Instant::now() + within;
+        while Instant::now() < end && !self.stop.load(Ordering::Relaxed) {
+            if let Some(h) = self.resource.holder()
+                && monotonic_ns().saturating_sub(h.since_ns) < fresh.as_nanos() as u64
+                && self
+                    .links
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .any(|l| l.long && l.pid == h.pid)
+                && self.busy.lock().unwrap_or_else(|p| p.into_inner()).insert(h.pid)
+            {
+                return Some(h);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        None
     }
 
     /// The client inside its critical section (from the resource), waiting up to `within`,
@@ -576,10 +684,16 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
     };
     let resource = Resource::start(&dir.join("resource.jsonl"), !control)
         .unwrap_or_else(|e| die(&format!("resource: {e}")));
+    let per_link = matches!(sc.fault, Fault::Partition(_));
+    let long_work = (sc.fault == Fault::Partition(Cut::Holder)).then_some(LONG_WORK_MS);
     let ctx = Arc::new(Ctx {
         dir: dir.clone(),
         servers,
+        addrs: addrs.clone(),
         urls,
+        per_link,
+        links: Mutex::new(Vec::new()),
+        long_work,
         resource,
         clients: Mutex::new(Vec::new()),
         nemesis_log: Mutex::new(
@@ -688,6 +802,13 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
         let _ = o.join();
     }
     ctx.resource.stop();
+    let links = if per_link {
+        "a proxy per (client, master) link"
+    } else if proxies.is_empty() {
+        "direct"
+    } else {
+        "a proxy per master"
+    };
     drop(proxies);
     if let Ok(mut f) = File::create(dir.join("clients.jsonl")) {
         for e in &ended {
@@ -702,7 +823,9 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
         "long_pauses": sc.long_pauses || control,
         "fault_free": sc.fault_free && !control,
         "duration_s": duration_s, "languages": s.langs.iter().map(|l| l.lang.clone()).collect::<Vec<_>>(),
-        "clients_per_language": 2, "work_ms": [5, 10], "wait_ms": 5000, "renew_every_ms": TTL_MS / 3,
+        "clients_per_language": 2, "work_ms": [5, 10], "wait_ms": 5000,
+        "long_work_ms_non_reentrant_clients": long_work.map(|(a, b)| [a, b]),
+        "links": links, "renew_every_ms": TTL_MS / 3,
         "drift": "1% + 2 ms", "response_timeout_ms": 250, "redlock_node_timeout_ms": 50, "redlock_retry_jitter_ms": 100,
         "fault": format!("{:?}", sc.fault), "control_adds_holder_pauses": control && sc.fault != Fault::PauseHolder,
     });
@@ -766,6 +889,10 @@ fn heal(ctx: &Ctx) {
     for c in ctx.clients.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         signal(c.child.id(), libc::SIGCONT);
     }
+    let healed = ctx.cut(|_| true, &(0..ctx.addrs.len()).collect::<Vec<_>>(), false);
+    if !healed.is_empty() {
+        ctx.log("links", "heal_all", json!({}));
+    }
     for (i, m) in ctx.servers.iter().enumerate() {
         let addr = {
             let s = m.lock().unwrap_or_else(|p| p.into_inner());
@@ -786,7 +913,63 @@ fn nemesis(ctx: &Ctx, fault: Fault, masters: usize, seed: u64) {
     let addr =
         |i: usize| format!("127.0.0.1:{}", ctx.servers[i].lock().unwrap_or_else(|p| p.into_inner()).port());
     match fault {
-        Fault::None | Fault::Delay { .. } | Fault::Partition => {}
+        Fault::None | Fault::Delay { .. } => {}
+        Fault::Partition(Cut::OneMaster) => {
+            let mut gap = rng.range(100, 300);
+            while ctx.sleep(Duration::from_millis(gap)) {
+                gap = rng.range(300, 600);
+                let i = rng.range(0, masters as u64 - 1) as usize;
+                ctx.cut(|_| true, &[i], true);
+                ctx.log("partition_master", "cut", json!({"node": i}));
+                ctx.sleep(Duration::from_millis(rng.range(1200, 1800)));
+                ctx.cut(|_| true, &[i], false);
+                ctx.log("partition_master", "heal", json!({"node": i}));
+            }
+        }
+        Fault::Partition(Cut::Holder) => {
+            // Every long critical section the nemesis sees early enough is cut (concurrently
+            // with earlier cuts), at a random point of its first 300 ms: the rest of its lease
+            // (< TTL) plus another's acquire is shorter than its remaining work, so it is still
+            // working when another client gets the lock.
+            let all: Vec<usize> = (0..masters).collect();
+            std::thread::scope(|scope| {
+                while ctx.sleep(Duration::from_millis(5)) {
+                    let Some(h) =
+                        ctx.find_fresh_long_holder(Duration::from_millis(500), Duration::from_millis(100))
+                    else {
+                        continue;
+                    };
+                    let at = h.since_ns + rng.range(0, 300) * 1_000_000;
+                    let all = &all;
+                    scope.spawn(move || {
+                        let pid = h.pid;
+                        let what = json!({"pid": pid, "client": h.client, "fence": h.fence});
+                        ctx.sleep(Duration::from_nanos(at.saturating_sub(monotonic_ns())));
+                        ctx.cut(|l| l.pid == pid, all, true);
+                        ctx.log("partition_holder", "cut", what.clone());
+                        ctx.sleep(ttl * 2);
+                        ctx.cut(|l| l.pid == pid, all, false);
+                        ctx.log("partition_holder", "heal", what);
+                        ctx.unclaim(pid);
+                    });
+                }
+            });
+        }
+        Fault::Partition(Cut::Split) => {
+            // Group 0 keeps masters 0,1,2 and group 1 keeps 2,3,4: only master 2 is shared.
+            let (lost0, lost1) = ([3, 4], [0, 1]);
+            let mut gap = rng.range(100, 300);
+            while ctx.sleep(Duration::from_millis(gap)) {
+                gap = rng.range(300, 600);
+                let g0 = ctx.cut(|l| l.group == 0, &lost0, true);
+                let g1 = ctx.cut(|l| l.group == 1, &lost1, true);
+                ctx.log("partition_split", "cut", json!({"sees_0_1_2": g0, "sees_2_3_4": g1}));
+                ctx.sleep(Duration::from_millis(rng.range(1500, 2000)));
+                ctx.cut(|l| l.group == 0, &lost0, false);
+                ctx.cut(|l| l.group == 1, &lost1, false);
+                ctx.log("partition_split", "heal", json!({}));
+            }
+        }
         Fault::KillMaster { restart_ms } => {
             while ctx.sleep(Duration::from_millis(rng.range(1800, 2200))) {
                 let i = rng.range(0, masters as u64 - 1) as usize;
@@ -817,6 +1000,25 @@ fn nemesis(ctx: &Ctx, fault: Fault, masters: usize, seed: u64) {
                     continue;
                 }
                 ctx.log("pause_holder", "stop", json!({"pid": h.pid, "client": h.client, "fence": h.fence}));
+                // A write already on its way when the signal landed ends the critical section
+                // anyway (seen under load: it reached the resource 0.1 ms after the stop), and
+                // the pause would bite no one: let it go and catch another holder.
+                std::thread::sleep(Duration::from_millis(20));
+                let inside = {
+                    let st = ctx.resource.state.lock().unwrap_or_else(|p| p.into_inner());
+                    st.in_cs.get(&h.client).is_some_and(|c| c.fence == h.fence && c.pid == h.pid)
+                };
+                if !inside {
+                    signal(h.pid, libc::SIGCONT);
+                    ctx.log(
+                        "pause_holder",
+                        "cont",
+                        json!({"pid": h.pid, "client": h.client, "fence": h.fence, "missed": true}),
+                    );
+                    ctx.unclaim(h.pid);
+                    gap = rng.range(20, 60);
+                    continue;
+                }
                 std::thread::sleep(ttl * 2);
                 signal(h.pid, libc::SIGCONT);
                 ctx.log("pause_holder", "cont", json!({"pid": h.pid, "client": h.client, "fence": h.fence}));
@@ -910,12 +1112,6 @@ fn nemesis(ctx: &Ctx, fault: Fault, masters: usize, seed: u64) {
             }
         }
     }
-}
-
-/// N5 needs root and `ip netns`; say why not when it is unavailable.
-fn partition_supported() -> Result<(), String> {
-    Err("N5 partitions (network namespaces + iptables) are not implemented in this version of the suite"
-        .into())
 }
 
 fn report(suite: &Value) -> String {
