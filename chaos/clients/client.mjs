@@ -3,11 +3,14 @@
 //
 //   node client.mjs --redis URL[,URL...] --resource HOST:PORT --name LOCK --id ID --history FILE
 //                   --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--seed N]
-//                   [--reentrant]
+//                   [--reentrant] [--cancel-ms LO-HI]
 //
 // Until the stop file exists: acquire (watchdog-renewed lease), fenced READ -> work (5-10 ms; long
 // work ends early once the stop file exists) -> fenced WRITE (sent even if the lock was lost: a
 // write in flight), release.
+// With --cancel-ms (W4, B1), half of the outer acquires get an AbortSignal that aborts after a
+// delay drawn from LO-HI ms; an acquire it ends rejects with CANCELLED, and the history gets
+// `acquire` `info` with "error":"CANCELLED","cancelled":true.
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -34,6 +37,7 @@ const a = {
   wait: Number(arg('--wait-ms', '5000')), seed: Number(arg('--seed', '1')), reentrant: argv.includes('--reentrant'),
 };
 const [workLo, workHi = workLo] = arg('--work-ms', '5-10').split('-').map(Number);
+const cancelMs = argv.includes('--cancel-ms') ? arg('--cancel-ms').split('-').map(Number) : null;
 
 // Seeded jitter (mulberry32).
 let seed = a.seed >>> 0;
@@ -125,14 +129,28 @@ async function main() {
   }, 20);
 
   while (!fs.existsSync(a.stopFile)) {
+    // W4: abort half of the acquires after a random delay unless they completed by then.
+    let abort = null;
+    if (cancelMs && rand() < 0.5) {
+      const [lo, hi = lo] = cancelMs;
+      const after = Math.round(lo + rand() * (hi - lo));
+      const ctl = new AbortController();
+      abort = { ctl, after, timer: setTimeout(() => ctl.abort(), after) };
+    }
     emit('acquire', 'invoke');
     let held;
     try {
-      held = await lock.acquire({ wait: a.wait });
+      held = await lock.acquire(abort ? { wait: a.wait, signal: abort.ctl.signal } : { wait: a.wait });
     } catch (e) {
+      if (abort?.ctl.signal.aborted && e.code === 'CANCELLED') {
+        emit('acquire', 'info', null, null, { ...err(e), cancelled: true, after_ms: abort.after });
+        continue;
+      }
       emit('acquire', kindType(e), null, null, err(e));
       if (INFO.has(e.code)) await sleep(10);
       continue;
+    } finally {
+      if (abort) clearTimeout(abort.timer);
     }
     const tOk = now();
     const remaining = held.remaining();

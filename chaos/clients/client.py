@@ -3,15 +3,24 @@
 
     client.py --redis URL[,URL...] --resource HOST:PORT --name LOCK --id ID --history FILE
               --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--seed N] [--reentrant]
+              [--cancel-ms LO-HI]
 
 Until the stop file exists: acquire (watchdog-renewed lease), fenced READ -> work (5-10 ms; long
 work ends early once the stop file exists) -> fenced WRITE (sent even if the lock was lost: a
 write in flight), release. One JSON line per step. More than one URL means Redlock.
+
+The sync API (``Client``, ``Lock``) is used unless ``--cancel-ms`` is given (W4, B1): then it is
+the asyncio API (``AsyncClient``, ``AsyncLock``), and half of the outer acquires are cancelled
+(``task.cancel()`` on the awaiting task, as ``asyncio.timeout`` does) if they have not completed
+after a delay drawn from LO-HI ms; the history gets ``acquire`` ``info`` with
+``"error":"CANCELLED"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import inspect
 import json
 import os
 import random
@@ -66,17 +75,53 @@ def kind_type(e: BaseException) -> str:
     return "info" if getattr(e, "name", "") in INFO_KINDS else "fail"
 
 
-def do_work(seconds: float, stop_file: str) -> None:
+async def do_work(seconds: float, stop_file: str) -> None:
     """Work for `seconds`; long work (over 50 ms) ends early once the stop file exists."""
     end = time.monotonic() + seconds
     while True:
         left = end - time.monotonic()
         if left <= 0 or (seconds > 0.05 and os.path.exists(stop_file)):
             return
-        time.sleep(min(left, 0.05))
+        await asyncio.sleep(min(left, 0.05))
 
 
-def main() -> int:
+async def done(r: Any) -> Any:
+    """The result of a sync call, or of an async one awaited (sync and asyncio API alike)."""
+    return await r if inspect.isawaitable(r) else r
+
+
+class Cancelled(Exception):
+    """The acquire was cancelled by its timer (W4)."""
+
+
+async def cancel_after(aw: Any, after: Optional[float]) -> Any:
+    """Await `aw`, cancelling this task's wait if it has not completed after `after` seconds
+    (what ``asyncio.timeout`` does, also before Python 3.11): raises ``Cancelled`` then."""
+    if after is None:
+        return await aw
+    task = asyncio.current_task()
+    assert task is not None
+    fired = False
+
+    def fire() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(after, fire)
+    try:
+        return await aw
+    except asyncio.CancelledError:
+        if not fired:
+            raise
+        if hasattr(task, "uncancel"):
+            task.uncancel()
+        raise Cancelled() from None
+    finally:
+        timer.cancel()
+
+
+async def main() -> int:
     p = argparse.ArgumentParser()
     for a in ("--redis", "--resource", "--name", "--id", "--history", "--stop-file"):
         p.add_argument(a, required=True)
@@ -85,7 +130,12 @@ def main() -> int:
     p.add_argument("--work-ms", default="5-10")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--reentrant", action="store_true")
+    p.add_argument("--cancel-ms", default=None)
     a = p.parse_args()
+    cancel = None
+    if a.cancel_ms:
+        clo, _, chi = a.cancel_ms.partition("-")
+        cancel = (int(clo) / 1000, int(chi or clo) / 1000)
     rng = random.Random(a.seed)
     lo, _, hi = a.work_ms.partition("-")
     work = (int(lo) / 1000, int(hi or lo) / 1000)
@@ -95,13 +145,18 @@ def main() -> int:
     opts = {"response_timeout": 0.25, "connect_timeout": 0.5}
     while True:
         try:
-            client = ferrolock.Redlock.connect(urls, **opts) if len(urls) > 1 else ferrolock.Client.connect(urls[0], **opts)
+            if cancel is None:
+                client = ferrolock.Redlock.connect(urls, **opts) if len(urls) > 1 else ferrolock.Client.connect(urls[0], **opts)
+            elif len(urls) > 1:
+                client = await ferrolock.AsyncRedlock.connect(urls, **opts)
+            else:
+                client = await ferrolock.AsyncClient.connect(urls[0], **opts)
             break
         except ferrolock.LockError as e:
             if not getattr(e, "transient", False) or os.path.exists(a.stop_file):
                 raise
             h.emit("connect", "fail", **err(e))
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
     lock = client.lock(a.name, ttl=a.ttl_ms / 1000, renew=True)
     res = Resource(a.resource, a.id)
 
@@ -128,13 +183,19 @@ def main() -> int:
     threading.Thread(target=sampler, daemon=True).start()
 
     while not os.path.exists(a.stop_file):
+        # W4: cancel half of the acquires after a random delay unless they completed by then.
+        delay = rng.uniform(*cancel) if cancel is not None and rng.random() < 0.5 else None
         h.emit("acquire", "invoke")
         try:
-            held = lock.acquire(wait=a.wait_ms / 1000)
+            held = await cancel_after(done(lock.acquire(wait=a.wait_ms / 1000)), delay)
         except ferrolock.LockError as e:
             h.emit("acquire", kind_type(e), **err(e))
             if getattr(e, "transient", False):
-                time.sleep(0.01)
+                await asyncio.sleep(0.01)
+            continue
+        except Cancelled:
+            h.emit("acquire", "info", error="CANCELLED", message="acquire task cancelled", cancelled=True,
+                   after_ms=round((delay or 0) * 1000))
             continue
         t_ok = time.monotonic_ns()
         remaining = held.remaining()
@@ -148,7 +209,7 @@ def main() -> int:
         if a.reentrant:
             for _ in range(rng.randint(1, 3)):
                 try:
-                    n = lock.acquire(wait=a.wait_ms / 1000)
+                    n = await done(lock.acquire(wait=a.wait_ms / 1000))
                     h.emit("reenter", "ok", n.fence, count=n.count)
                     inner.append(n)
                 except ferrolock.LockError as e:
@@ -159,7 +220,7 @@ def main() -> int:
         if r.startswith("OK "):
             v = int(r[3:])
             h.emit("read", "ok", fence, value=v)
-            do_work(rng.uniform(*work), a.stop_file)
+            await do_work(rng.uniform(*work), a.stop_file)
             h.emit("write", "invoke", fence, value=v + 1)
             w = res.call(f"WRITE {fence} {v + 1}")
             if w == "OK":
@@ -172,20 +233,20 @@ def main() -> int:
         while inner:
             n = inner.pop()
             try:
-                n.release()
+                await done(n.release())
                 h.emit("reenter_release", "ok", fence)
             except ferrolock.LockError as e:
                 h.emit("reenter_release", kind_type(e), fence, **err(e))
         current[0] = None
         h.emit("release", "invoke", fence)
         try:
-            held.release()
+            await done(held.release())
             h.emit("release", "ok", fence)
         except ferrolock.LockError as e:
             h.emit("release", kind_type(e), fence, **err(e))
         if a.reentrant:
             try:
-                held.release()
+                await done(held.release())
                 h.emit("over_release", "ok", fence)
             except ferrolock.LockError as e:
                 h.emit("over_release", "fail", fence, **err(e))
@@ -194,4 +255,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(asyncio.run(main()))

@@ -313,6 +313,8 @@ pub fn check_run(dir: &Path) -> Value {
     let long_pauses = cfg.get("long_pauses").and_then(Value::as_bool).unwrap_or(true);
     let fault_free = cfg.get("fault_free").and_then(Value::as_bool).unwrap_or(false);
     let duration_s = cfg.get("duration_s").and_then(Value::as_f64).unwrap_or(1.0).max(0.001);
+    // W4: clients cancel acquires at random (B1).
+    let w4 = cfg.get("w4_cancelled_acquires").is_some_and(|v| !v.is_null());
 
     // Histories.
     let mut events = Vec::new();
@@ -477,6 +479,11 @@ pub fn check_run(dir: &Path) -> Value {
         }
     }
     let validity_err = sorted(validity_err);
+    let unowned = if masters == 1 { unowned_holds(&cs, &probes) } else { Vec::new() };
+    let unowned_max =
+        unowned.iter().map(|u| u.1).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+    let cancelled =
+        events.iter().filter(|e| e.op == "acquire" && e.error.as_deref() == Some("CANCELLED")).count();
 
     // Lost-lock notifications.
     let stops: Vec<(u64, u64, &str)> = nemesis
@@ -641,6 +648,11 @@ pub fn check_run(dir: &Path) -> Value {
             "false_positive_rate": round(false_pos as f64 / cs.len().max(1) as f64),
             "missed_examples": missed,
         },
+        "cancelled_acquires": cancelled,
+        "hold_without_holder_ms": {
+            "max": unowned_max.map(round),
+            "examples": unowned.iter().filter(|u| u.1 > ttl_ms).take(5).map(|u| json!({"fence": u.0, "ms": round(u.1)})).collect::<Vec<_>>(),
+        },
         "renewals_after_release": renew_after_release,
         "renewals_after_release_examples": renew_examples,
         "leaked_lock_ms": {"kills": leaked.len(), "max": leaked.last().copied().map(round), "p50": pct(&leaked, 50.0).map(round)},
@@ -701,6 +713,16 @@ pub fn check_run(dir: &Path) -> Value {
         );
     }
     add("renewals after release = 0", renew_after_release == 0, format!("{renew_after_release}"));
+    if w4 && masters == 1 {
+        // B1's other half: a cancelled acquire whose grant stayed behind, renewed by a watchdog
+        // nobody will stop, is a hold no critical section owns that outlives its lease.
+        let m = unowned_max.unwrap_or(0.0);
+        add(
+            "hold without a holder <= TTL + 100 ms (B1: cancelled acquires leave no hold)",
+            m <= ttl_ms + 100.0,
+            format!("max {m:.1} ms over {} holds, {cancelled} cancelled acquires", unowned.len()),
+        );
+    }
     if let Some(m) = leaked.last() {
         add("leaked-lock time <= TTL + 100 ms", *m <= ttl_ms + 100.0, format!("max {m:.1} ms"));
     }
@@ -718,6 +740,40 @@ pub fn check_run(dir: &Path) -> Value {
         "criteria": crit.iter().map(|(n, ok, d)| json!({"name": n, "pass": ok, "detail": d})).collect::<Vec<_>>(),
         "pass": pass,
     })
+}
+
+/// Single master: for every hold the probe saw (a run of observations with one fence), how long
+/// it existed outside `[acquire invoked, release completed]` of the critical sections with that
+/// fence (all of it when no acquire reported the fence, e.g. a cancelled one). Conservative:
+/// the hold is taken to appear at the first observation's reply and to vanish when the next
+/// observation was sent. A hold of a crashed holder or a failed release lasts up to its lease.
+fn unowned_holds(cs: &[Cs], probes: &[Obs]) -> Vec<(u64, f64)> {
+    let obs: Vec<&Obs> = probes.iter().filter(|o| o.node == 0).collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < obs.len() {
+        let Some(f) = obs[i].fence else {
+            i += 1;
+            continue;
+        };
+        let start = obs[i].t_recv;
+        let mut j = i + 1;
+        while j < obs.len() && obs[j].fence == Some(f) {
+            j += 1;
+        }
+        let end = obs.get(j).map_or(obs[j - 1].t_recv, |o| o.t_send).max(start);
+        let owners: Vec<&Cs> = cs.iter().filter(|c| c.fence == f).collect();
+        let unowned = if owners.is_empty() {
+            end - start
+        } else {
+            let from = owners.iter().map(|c| c.t_inv).min().unwrap_or(start);
+            let to = owners.iter().map(|c| c.rel_t.unwrap_or(c.t_end).max(c.t_end)).max().unwrap_or(end);
+            from.saturating_sub(start).min(end - start) + end.saturating_sub(to.max(start)).min(end - start)
+        };
+        out.push((f, unowned as f64 / MS));
+        i = j;
+    }
+    out
 }
 
 /// Overlapping critical sections (indices of the earlier one) and, among them, double grants:
@@ -815,6 +871,26 @@ mod tests {
         // Fence order against real-time order: f=2 granted (completed) before f=1 was invoked.
         let inv = [cs("a", 2, 0, 10, 20, 25), cs("b", 1, 30, 40, 50, 55)];
         assert!(fenced_mutex_linearizable(&inv).is_err());
+    }
+
+    #[test]
+    fn a_hold_no_critical_section_owns_is_measured() {
+        let obs = |t: u64, fence: Option<u64>| Obs { node: 0, t_send: t, t_recv: t + 1, fence, pttl: 300 };
+        let probes = [
+            obs(0, None),
+            obs(10, Some(1)),
+            obs(50, Some(1)),
+            obs(60, None),
+            obs(100, Some(2)),
+            obs(900, None),
+        ];
+        // Fence 1 is owned from invoke 5 to release 60: nothing unowned. Fence 2 (a cancelled
+        // acquire's grant left behind) has no owner: all of its 799 ns.
+        let c = [cs("a", 1, 5, 8, 60, 60)];
+        assert_eq!(unowned_holds(&c, &probes), vec![(1, 0.0), (2, 799.0 / MS)]);
+        // Released at 30 but still there until the probe asked again at 60: 30 ns unowned.
+        let c = [cs("a", 1, 5, 8, 30, 30)];
+        assert_eq!(unowned_holds(&c, &probes)[0], (1, 30.0 / MS));
     }
 
     #[test]

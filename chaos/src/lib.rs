@@ -1,5 +1,5 @@
 //! The reliability suite of `RELIABILITY.md` (issue 9): a nemesis that faults real
-//! `redis-server` processes, a user-space delay proxy, a fenced resource that logs every
+//! `redis-server` processes, user-space link proxies, a fenced resource that logs every
 //! operation, clients in several languages that write JSON-lines histories, and a checker that
 //! reads only those histories, the resource's log and the probes' observations.
 //!
@@ -8,7 +8,8 @@
 //!   nothing in it imports the library). `chaos check DIR` runs it on a finished run.
 //! - [`resource`]: the protected resource (a counter behind a line protocol, fenced or not).
 //! - [`probe`]: per-master observers: a `PTTL`/fence poller and a `MONITOR` recorder.
-//! - [`proxy`]: the delay proxy of fault N4.
+//! - [`proxy`]: the user-space link proxy: adjustable one-way delay (N4) and blackholing of a
+//!   (client, master) link (N5 partitions).
 //! - [`history`]: the JSON-lines history writer the Rust client uses (Python and Node clients
 //!   in `chaos/clients/` write the same format).
 //! - [`resp`]: a minimal RESP2 client for probes and fault commands (no library involved).

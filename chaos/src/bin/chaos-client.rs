@@ -3,12 +3,15 @@
 //! ```text
 //! chaos-client --redis URL[,URL...] --resource HOST:PORT --name LOCK --id ID --history FILE
 //!              --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--reentrant]
-//!              [--seed N] [--response-timeout-ms 250]
+//!              [--cancel-ms LO-HI] [--seed N] [--response-timeout-ms 250]
 //! ```
 //!
 //! Until the stop file exists: acquire (watchdog-renewed lease of `ttl`), fenced read → work
 //! (long work, over 50 ms, ends early once the stop file exists) → fenced write, release; every
 //! step is a history line. More than one URL means Redlock.
+//! With `--cancel-ms` (W4, B1), half of the outer acquires are cancelled if they have not
+//! completed after a delay drawn from `LO-HI` ms: the acquire future is dropped (a timeout),
+//! and the history gets `acquire` `info` with `"error":"CANCELLED","cancelled":true`.
 //! The write is sent even if the lock was lost meanwhile: it models a write already in flight,
 //! which only the resource's fencing check can stop.
 
@@ -16,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferrolock::{ClientOptions, ErrorKind, LockOptions, blocking};
+use ferrolock::{ClientOptions, ErrorKind, Guard, LockOptions, blocking};
 use ferrolock_chaos::history::History;
 use ferrolock_chaos::resource::{Reply, ResourceConn};
 use ferrolock_chaos::{Rng, monotonic_ns};
@@ -33,6 +36,7 @@ struct Args {
     wait: Duration,
     work: (u64, u64),
     reentrant: bool,
+    cancel: Option<(u64, u64)>,
     seed: u64,
     response_timeout: Duration,
 }
@@ -49,6 +53,10 @@ fn parse() -> Args {
     let ms = |n: &str, d: u64| Duration::from_millis(get(n).and_then(|x| x.parse().ok()).unwrap_or(d));
     let work = get("--work-ms").unwrap_or_else(|| "5-10".into());
     let (lo, hi) = work.split_once('-').unwrap_or((&work, &work));
+    let cancel = get("--cancel-ms").map(|c| {
+        let (lo, hi) = c.split_once('-').unwrap_or((&c, &c));
+        (lo.parse().unwrap_or(0), hi.parse().unwrap_or(0))
+    });
     Args {
         redis: req("--redis").split(',').map(str::to_owned).collect(),
         resource: req("--resource"),
@@ -60,6 +68,7 @@ fn parse() -> Args {
         wait: ms("--wait-ms", 5000),
         work: (lo.parse().unwrap_or(5), hi.parse().unwrap_or(10)),
         reentrant: v.iter().any(|a| a == "--reentrant"),
+        cancel,
         seed: get("--seed").and_then(|x| x.parse().ok()).unwrap_or(1),
         response_timeout: ms("--response-timeout-ms", 250),
     }
@@ -91,7 +100,32 @@ fn work(d: Duration, stop_file: &std::path::Path) {
 }
 
 /// The hold being sampled and its last logged deadline.
-type Current = Option<(Arc<blocking::Guard>, u64)>;
+type Current = Option<(Arc<Guard>, u64)>;
+
+/// Acquire through the async handle on the blocking facade's runtime (what
+/// `blocking::Lock::acquire` does), dropping the acquire future if it has not completed within
+/// `cancel_after`: `Ok(None)` then.
+fn acquire(
+    lock: &ferrolock::Lock,
+    wait: Duration,
+    cancel_after: Option<Duration>,
+) -> ferrolock::Result<Option<Guard>> {
+    let l = lock.clone();
+    blocking::block_on(async move {
+        match cancel_after {
+            None => l.acquire(Some(wait)).await.map(Some),
+            Some(d) => match tokio::time::timeout(d, l.acquire(Some(wait))).await {
+                Ok(r) => r.map(Some),
+                Err(_) => Ok(None),
+            },
+        }
+    })
+}
+
+fn release(g: &Arc<Guard>) -> ferrolock::Result<()> {
+    let g = g.clone();
+    blocking::block_on(async move { g.release().await })
+}
 
 fn main() {
     let a = parse();
@@ -128,7 +162,9 @@ fn run(a: &Args, h: &Arc<History>) -> Result<(), Box<dyn std::error::Error>> {
             Err(e) => return Err(e.into()),
         }
     };
-    let lock = client.lock(&a.name, LockOptions::renewing(a.ttl))?;
+    // The async handle behind the facade, so that an acquire can be cancelled (its future
+    // dropped) like an async caller would; every call still runs on the facade's runtime.
+    let lock = client.as_async().lock(&a.name, LockOptions::renewing(a.ttl))?;
     let mut res = ResourceConn::connect(&a.resource, &a.id)?;
     let mut rng = Rng::new(a.seed);
 
@@ -155,9 +191,25 @@ fn run(a: &Args, h: &Arc<History>) -> Result<(), Box<dyn std::error::Error>> {
     }
 
     while !a.stop_file.exists() {
+        // W4: cancel half of the acquires after a random delay unless they completed by then.
+        let cancel_after = a
+            .cancel
+            .filter(|_| rng.range(0, 1) == 1)
+            .map(|(lo, hi)| Duration::from_millis(rng.range(lo, hi)));
         h.emit("acquire", "invoke", None, None, json!({}));
-        let g = match lock.acquire(Some(a.wait)) {
-            Ok(g) => Arc::new(g),
+        let g = match acquire(&lock, a.wait, cancel_after) {
+            Ok(Some(g)) => Arc::new(g),
+            Ok(None) => {
+                let after = cancel_after.unwrap_or_default().as_millis() as u64;
+                h.emit(
+                    "acquire",
+                    "info",
+                    None,
+                    None,
+                    json!({"error": "CANCELLED", "message": "acquire future dropped", "cancelled": true, "after_ms": after}),
+                );
+                continue;
+            }
             Err(e) => {
                 h.emit("acquire", kind_type(e.kind()), None, None, err_json(&e));
                 if e.kind().is_transient() {
@@ -190,8 +242,9 @@ fn run(a: &Args, h: &Arc<History>) -> Result<(), Box<dyn std::error::Error>> {
         let mut inner = Vec::new();
         if a.reentrant {
             for _ in 0..rng.range(1, 3) {
-                match lock.acquire(Some(a.wait)) {
-                    Ok(n) => {
+                match acquire(&lock, a.wait, None).map(|g| g.map(Arc::new)) {
+                    Ok(None) => {}
+                    Ok(Some(n)) => {
                         h.emit("reenter", "ok", Some(n.fence()), None, json!({"count": n.count()}));
                         inner.push(n);
                     }
@@ -219,20 +272,20 @@ fn run(a: &Args, h: &Arc<History>) -> Result<(), Box<dyn std::error::Error>> {
         }
 
         while let Some(n) = inner.pop() {
-            match n.release() {
+            match release(&n) {
                 Ok(()) => h.emit("reenter_release", "ok", Some(fence), None, json!({"count": g.count()})),
                 Err(e) => h.emit("reenter_release", kind_type(e.kind()), Some(fence), None, err_json(&e)),
             };
         }
         *current.lock().unwrap_or_else(|p| p.into_inner()) = None;
         h.emit("release", "invoke", Some(fence), None, json!({}));
-        match g.release() {
+        match release(&g) {
             Ok(()) => h.emit("release", "ok", Some(fence), None, json!({})),
             Err(e) => h.emit("release", kind_type(e.kind()), Some(fence), None, err_json(&e)),
         };
         if a.reentrant {
             // Releasing more times than acquired must say NOT_HELD and delete nothing.
-            match g.release() {
+            match release(&g) {
                 Ok(()) => h.emit("over_release", "ok", Some(fence), None, json!({})),
                 Err(e) => h.emit("over_release", "fail", Some(fence), None, err_json(&e)),
             };

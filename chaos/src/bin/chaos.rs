@@ -72,6 +72,18 @@ enum Cut {
 /// rest of a cut holder's lease (at most TTL after its last renewal) plus another's acquire.
 const LONG_WORK_MS: (u64, u64) = (1500, 2000);
 
+/// W4 (watchdog): the lease of the W4 scenario, short so that critical sections of 3–5×TTL fit
+/// several times into a short run; renewed every TTL/3 like every other lease.
+const W4_TTL_MS: u64 = 300;
+/// W4: every client's critical sections last 3–5×TTL, kept alive only by the watchdog.
+const W4_WORK_MS: (u64, u64) = (3 * W4_TTL_MS, 5 * W4_TTL_MS);
+/// W4: half of the (outer) acquires are cancelled after a delay drawn from this range if they
+/// have not completed by then (B1): most are then waiting behind a long holder, some are
+/// cancelled while their first attempt is on the wire.
+const W4_CANCEL_MS: (u64, u64) = (0, 2 * W4_TTL_MS);
+/// W4 run lengths in short mode (fenced, control): a critical section takes over a second.
+const W4_SHORT_SECS: (f64, f64) = (5.5, 4.0);
+
 #[derive(Clone, Debug)]
 struct Scenario {
     name: &'static str,
@@ -84,6 +96,14 @@ struct Scenario {
     /// Pauses longer than validity or lost server state: the mutex model (W5) does not apply.
     long_pauses: bool,
     fault_free: bool,
+    /// W4: long critical sections kept alive by the watchdog, random acquire cancellations.
+    w4: bool,
+}
+
+impl Scenario {
+    fn ttl_ms(&self) -> u64 {
+        if self.w4 { W4_TTL_MS } else { TTL_MS }
+    }
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -96,6 +116,7 @@ fn scenarios() -> Vec<Scenario> {
         expect_no_overlap,
         long_pauses,
         fault_free: matches!(fault, Fault::None),
+        w4: false,
     };
     vec![
         s("w1-none", "W1/W3/W5 single master, no faults", 1, Fault::None, false, true, false),
@@ -230,6 +251,19 @@ fn scenarios() -> Vec<Scenario> {
             true,
             false,
         ),
+        // Appended last: the per-scenario seeds of the others stay as they were.
+        Scenario {
+            w4: true,
+            ..s(
+                "w1-w4",
+                "W4 watchdog: critical sections of 3-5xTTL kept alive by renewal, half the acquires cancelled at random (B1)",
+                1,
+                Fault::None,
+                false,
+                true,
+                false,
+            )
+        },
     ]
 }
 
@@ -248,6 +282,8 @@ struct Suite {
     only: Vec<String>,
     fenced_secs: f64,
     control_secs: f64,
+    /// `--seconds` given: it applies to every scenario (W4 too).
+    explicit_secs: bool,
     target: Option<u64>,
 }
 
@@ -328,11 +364,22 @@ fn suite(args: &[String]) {
         "long" => (7200.0, 10.0, Some(get("--acquisitions").and_then(|v| v.parse().ok()).unwrap_or(10_000))),
         _ => die("--mode short|long"),
     };
-    let fenced_secs = get("--seconds").and_then(|v| v.parse().ok()).unwrap_or(fenced_secs);
+    let explicit_secs = get("--seconds").and_then(|v| v.parse::<f64>().ok());
+    let fenced_secs = explicit_secs.unwrap_or(fenced_secs);
     let seed = get("--seed").and_then(|v| v.parse().ok()).unwrap_or_else(|| monotonic_ns() % 1_000_000);
     let out = PathBuf::from(get("--out").unwrap_or_else(|| format!("target/chaos/{mode}-{seed}")));
     std::fs::create_dir_all(&out).unwrap_or_else(|e| die(&format!("cannot create {}: {e}", out.display())));
-    let s = Suite { mode, out: out.clone(), seed, langs, only, fenced_secs, control_secs, target };
+    let s = Suite {
+        mode,
+        out: out.clone(),
+        seed,
+        langs,
+        only,
+        fenced_secs,
+        control_secs,
+        explicit_secs: explicit_secs.is_some(),
+        target,
+    };
     eprintln!(
         "chaos: {} suite, seed {seed}, languages {}, results in {}",
         s.mode,
@@ -479,6 +526,10 @@ struct Ctx {
     links: Mutex<Vec<Links>>,
     /// Work time of the non-reentrant clients, if not the default 5–10 ms.
     long_work: Option<(u64, u64)>,
+    /// The scenario's lease (`TTL_MS`, or `W4_TTL_MS`).
+    ttl_ms: u64,
+    /// W4: every client works `W4_WORK_MS` and cancels acquires at random (`W4_CANCEL_MS`).
+    w4: bool,
     resource: Resource,
     clients: Mutex<Vec<ClientProc>>,
     nemesis_log: Mutex<File>,
@@ -549,13 +600,17 @@ impl Ctx {
             .arg(self.dir.join(format!("history-{id}.jsonl")))
             .arg("--stop-file")
             .arg(&self.stop_file)
-            .args(["--ttl-ms", &TTL_MS.to_string(), "--seed", &(self.seed + n as u64).to_string()])
+            .args(["--ttl-ms", &self.ttl_ms.to_string(), "--seed", &(self.seed + n as u64).to_string()])
             .stdin(Stdio::null());
         if reentrant {
             cmd.arg("--reentrant");
         }
         if let Some((lo, hi)) = long {
             cmd.args(["--work-ms", &format!("{lo}-{hi}")]);
+        }
+        if self.w4 {
+            let ((wlo, whi), (clo, chi)) = (W4_WORK_MS, W4_CANCEL_MS);
+            cmd.args(["--work-ms", &format!("{wlo}-{whi}"), "--cancel-ms", &format!("{clo}-{chi}")]);
         }
         match log.as_ref().and_then(|f| Some((f.try_clone().ok()?, f.try_clone().ok()?))) {
             Some((o, e)) => {
@@ -694,6 +749,8 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
         per_link,
         links: Mutex::new(Vec::new()),
         long_work,
+        ttl_ms: sc.ttl_ms(),
+        w4: sc.w4,
         resource,
         clients: Mutex::new(Vec::new()),
         nemesis_log: Mutex::new(
@@ -749,7 +806,12 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
     }
 
     let t0 = Instant::now();
-    let limit = Duration::from_secs_f64(if control { s.control_secs } else { s.fenced_secs });
+    let (fenced_secs, control_secs) = if sc.w4 && s.mode == "short" && !s.explicit_secs {
+        W4_SHORT_SECS
+    } else {
+        (s.fenced_secs, s.control_secs)
+    };
+    let limit = Duration::from_secs_f64(if control { control_secs } else { fenced_secs });
     let target = if control { None } else { s.target };
     let mut last_report = Instant::now();
     loop {
@@ -818,14 +880,16 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
     let quorum = sc.masters / 2 + 1;
     let cfg = json!({
         "scenario": sc.name, "what": sc.what, "fenced": !control, "control": control, "seed": seed,
-        "ttl_ms": TTL_MS, "masters": sc.masters, "quorum": quorum, "aof": sc.aof,
+        "ttl_ms": sc.ttl_ms(), "masters": sc.masters, "quorum": quorum, "aof": sc.aof,
         "expect_no_overlap": sc.expect_no_overlap && !control,
         "long_pauses": sc.long_pauses || control,
         "fault_free": sc.fault_free && !control,
         "duration_s": duration_s, "languages": s.langs.iter().map(|l| l.lang.clone()).collect::<Vec<_>>(),
-        "clients_per_language": 2, "work_ms": [5, 10], "wait_ms": 5000,
+        "clients_per_language": 2, "work_ms": if sc.w4 { [W4_WORK_MS.0, W4_WORK_MS.1] } else { [5, 10] },
+        "wait_ms": 5000,
+        "w4_cancelled_acquires": sc.w4.then_some(json!({"share": 0.5, "after_ms": [W4_CANCEL_MS.0, W4_CANCEL_MS.1]})),
         "long_work_ms_non_reentrant_clients": long_work.map(|(a, b)| [a, b]),
-        "links": links, "renew_every_ms": TTL_MS / 3,
+        "links": links, "renew_every_ms": sc.ttl_ms() / 3,
         "drift": "1% + 2 ms", "response_timeout_ms": 250, "redlock_node_timeout_ms": 50, "redlock_retry_jitter_ms": 100,
         "fault": format!("{:?}", sc.fault), "control_adds_holder_pauses": control && sc.fault != Fault::PauseHolder,
     });
@@ -909,7 +973,7 @@ fn heal(ctx: &Ctx) {
 
 fn nemesis(ctx: &Ctx, fault: Fault, masters: usize, seed: u64) {
     let mut rng = Rng::new(seed);
-    let ttl = Duration::from_millis(TTL_MS);
+    let ttl = Duration::from_millis(ctx.ttl_ms);
     let addr =
         |i: usize| format!("127.0.0.1:{}", ctx.servers[i].lock().unwrap_or_else(|p| p.into_inner()).port());
     match fault {
