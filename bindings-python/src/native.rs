@@ -277,6 +277,13 @@ impl NativeGuard {
 
 #[pymethods]
 impl NativeGuard {
+    /// Release in the background (a grant delivered to a task that was cancelled before it saw
+    /// it); never raises.
+    #[pyo3(name = "_abandon")]
+    fn abandon_py(&self, py: Python<'_>) {
+        self.abandon(py);
+    }
+
     /// Release this level (at depth 0 the lock is deleted and waiters are woken).
     fn release(&self, py: Python<'_>) -> PyResult<()> {
         let g = self.inner.get(py)?.clone();

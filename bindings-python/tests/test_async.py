@@ -241,3 +241,21 @@ def test_sync_client_decorates_async_functions(redis: RedisServer, name: str) ->
         return info.count if info else 0
 
     assert asyncio.run(critical()) == 1
+
+
+def test_cancelled_as_the_grant_arrives_leaves_no_hold(redis: RedisServer, name: str) -> None:
+    # The grant is delivered (the native future has its result) but the task is cancelled before
+    # it resumes, as asyncio.wait_for can do: the grant must be handed back, not left to its lease.
+    async def body(client: ferrolock.AsyncClient) -> None:
+        task = asyncio.create_task(client.lock(name, ttl=10).acquire())
+        await asyncio.sleep(0)  # the task starts and waits for the native acquire
+        time.sleep(0.3)  # block the loop: the grant is queued for it meanwhile
+        await asyncio.sleep(0)  # the loop sets the result; the task is scheduled, not yet run
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Without the hand-back this times out: the grant holds the lock for its 10 s lease.
+        other = await client.lock(name, ttl=5).acquire(wait=2)
+        await other.release()
+
+    run(redis, body)

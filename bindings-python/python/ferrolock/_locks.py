@@ -12,15 +12,31 @@ import asyncio
 import threading
 import weakref
 from datetime import timedelta
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Awaitable, Callable, List, Optional, TypeVar, Union
 
 from ._ferrolock import LockError, NativeClient, NativeGuard, NativeLock, NotHeldError
+
+_T = TypeVar("_T")
 
 Duration = Union[int, float, timedelta]
 """Seconds as ``int``/``float``, or a ``datetime.timedelta``."""
 
 Name = Union[str, bytes]
 """A lock name: ``str`` (UTF-8) or ``bytes``."""
+
+
+async def _granted(fut: Awaitable[_T]) -> _T:
+    """Await a native acquire. If this task is cancelled after the grant was delivered but before
+    the task resumed (``asyncio.wait_for`` can do that), hand the grant back at once instead of
+    leaving the lock taken for the rest of its lease."""
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        if isinstance(fut, asyncio.Future) and fut.done() and not fut.cancelled() and fut.exception() is None:
+            guard = fut.result()
+            if guard is not None:
+                guard._abandon()
+        raise
 
 
 def _is_transient(e: LockError) -> bool:
@@ -303,7 +319,7 @@ class AsyncLock:
         and leaves no hold behind."""
         task = _current_task()
         owner = self._owner(task)
-        guard = await owner.handle.acquire_async(self._wait if wait is None else wait)
+        guard = await _granted(owner.handle.acquire_async(self._wait if wait is None else wait))
         held = AsyncHeld(owner, guard, self._name, task)
         owner.stack.append(held)
         return held
@@ -312,7 +328,7 @@ class AsyncLock:
         """One attempt: an ``AsyncHeld``, or ``None`` when another owner holds the lock."""
         task = _current_task()
         owner = self._owner(task)
-        guard = await owner.handle.try_acquire_async()
+        guard = await _granted(owner.handle.try_acquire_async())
         if guard is None:
             return None
         held = AsyncHeld(owner, guard, self._name, task)
