@@ -142,7 +142,7 @@ impl Client {
     /// the sentinels are asked without credentials), or `rediss+sentinel://…` for the same over
     /// TLS to the sentinels and the masters (`opts.tls` applies to both). With the `cluster`
     /// feature, `redis+cluster://[user:password@]host:port[,host:port…]` names seed nodes of a Redis
-    /// Cluster.
+    /// Cluster, and `rediss+cluster://…` the same over TLS to every node (`opts.tls` applies).
     pub async fn connect(url: &str, opts: ClientOptions) -> Result<Client> {
         opts.validate()?;
         let notifier = Arc::new(Notifier::default());
@@ -500,7 +500,7 @@ pub(crate) fn secrets_of(info: &redis::ConnectionInfo) -> Vec<String> {
 
 /// rustls needs a process-wide crypto provider; redis enables none. Install ring's once, unless
 /// the application already chose one.
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
@@ -516,17 +516,17 @@ pub(crate) fn redact_secrets(secrets: &[String], s: String) -> String {
 pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
     use redis::IntoConnectionInfo;
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
-    if scheme.eq_ignore_ascii_case("redis+cluster") {
+    if scheme.eq_ignore_ascii_case("redis+cluster") || scheme.eq_ignore_ascii_case("rediss+cluster") {
         return Err(Error::new(
             ErrorKind::InvalidUrl,
-            "redis+cluster:// needs ferrolock built with the `cluster` feature",
+            "redis+cluster:// and rediss+cluster:// need ferrolock built with the `cluster` feature",
         ));
     }
     if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix") {
         return Err(Error::new(
             ErrorKind::InvalidUrl,
             "unsupported URL scheme (expected redis://, rediss://, redis+unix://, redis+sentinel://, \
-             rediss+sentinel:// or redis+cluster://)",
+             rediss+sentinel://, redis+cluster:// or rediss+cluster://)",
         ));
     }
     // Never echo the URL: it may carry a password.

@@ -7,6 +7,16 @@
 //! `SUBSCRIBE` to the lock's channel (the driver routes it to the node serving its slot and moves
 //! it when the slot moves) on a connection of their own, apart from the scripts' (see
 //! [`ClusterConfig::connect`]).
+//!
+//! TLS: `rediss+cluster://…` (same syntax) speaks TLS to every node, the seeds and those the
+//! cluster names, with the CA and client certificate of `ClientOptions::tls`, verified like
+//! `rediss://`: the chain against the given CA (or the system store) and the name against the
+//! host, i.e. the seed's host as written in the URL and each node's endpoint as `CLUSTER SLOTS`
+//! reports it (an IP unless the nodes run with `cluster-announce-hostname` and
+//! `cluster-preferred-endpoint-type hostname`, so the certificates must name those IPs, or the
+//! nodes must announce host names). There is no mixed mode and no way to turn verification off;
+//! TLS options with a plain `redis+cluster://` URL are refused (`InvalidConfig`) rather than
+//! ignored.
 
 use std::sync::Arc;
 
@@ -19,32 +29,53 @@ use crate::notify::Notifier;
 use crate::options::ClientOptions;
 
 const SCHEME: &str = "redis+cluster://";
+/// TLS to every node.
+const TLS_SCHEME: &str = "rediss+cluster://";
 
 pub(crate) fn is_cluster_url(url: &str) -> bool {
-    url.get(..SCHEME.len()).is_some_and(|s| s.eq_ignore_ascii_case(SCHEME))
+    scheme_of(url).is_some()
+}
+
+/// The length of the cluster scheme `url` starts with, and whether it is the TLS one.
+fn scheme_of(url: &str) -> Option<(usize, bool)> {
+    let starts = |scheme: &str| url.get(..scheme.len()).is_some_and(|s| s.eq_ignore_ascii_case(scheme));
+    if starts(SCHEME) {
+        Some((SCHEME.len(), false))
+    } else if starts(TLS_SCHEME) {
+        Some((TLS_SCHEME.len(), true))
+    } else {
+        None
+    }
 }
 
 fn bad_url(why: &str) -> Error {
     // Never echo the URL: it may carry a password.
-    Error::new(ErrorKind::InvalidUrl, format!("cluster URL: {why} (expected {SCHEME}host:port[,host:port])"))
+    Error::new(
+        ErrorKind::InvalidUrl,
+        format!("cluster URL: {why} (expected {SCHEME} or {TLS_SCHEME}, then host:port[,host:port])"),
+    )
 }
 
 /// A parsed cluster URL: the seed nodes, with the credentials each connection uses.
 pub(crate) struct ClusterConfig {
     seeds: Vec<redis::ConnectionInfo>,
+    /// `rediss+cluster://`: TLS to every node.
+    tls: bool,
     pub secrets: Vec<String>,
     pub description: String,
 }
 
 impl ClusterConfig {
     pub fn parse(url: &str, opts: &ClientOptions) -> Result<ClusterConfig> {
-        if opts.tls.is_set() {
+        let (scheme_len, tls) = scheme_of(url).ok_or_else(|| bad_url("not a cluster URL"))?;
+        if opts.tls.is_set() && !tls {
             return Err(Error::new(
                 ErrorKind::InvalidConfig,
-                "TLS options are set, but TLS to Redis Cluster is not supported: refusing to connect in clear text",
+                "TLS options are set but the URL is redis+cluster://: refusing to connect in clear text \
+                 (use rediss+cluster:// for TLS to every node)",
             ));
         }
-        let rest = &url[SCHEME.len()..];
+        let rest = &url[scheme_len..];
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.contains(['/', '?', '#']) {
             return Err(bad_url("a cluster has no db or path"));
@@ -62,13 +93,16 @@ impl ClusterConfig {
             if host.is_empty() || port == 0 {
                 return Err(bad_url("an empty seed address"));
             }
-            let info = crate::client::parse_url(&format!("redis://{auth}{host}:{port}"))
+            let scheme = if tls { "rediss" } else { "redis" };
+            let info = crate::client::parse_url(&format!("{scheme}://{auth}{host}:{port}"))
                 .map_err(|_| bad_url("cannot parse a seed or the credentials"))?;
             seeds.push(info);
             shown.push(format!("{host}:{port}"));
         }
         let secrets = seeds.first().map(crate::client::secrets_of).unwrap_or_default();
-        Ok(ClusterConfig { seeds, secrets, description: format!("cluster(seeds {})", shown.join(", ")) })
+        let shown_tls = if tls { ", tls" } else { "" };
+        let description = format!("cluster(seeds {}{shown_tls})", shown.join(", "));
+        Ok(ClusterConfig { seeds, tls, secrets, description })
     }
 
     /// Two RESP3 cluster connections: `cmd` for the scripts, and `sub` for the release-channel
@@ -85,8 +119,22 @@ impl ClusterConfig {
     /// only complete another SUBSCRIBE/UNSUBSCRIBE early (or be dropped), never a script's reply.
     pub async fn connect(&self, opts: &ClientOptions, notifier: &Arc<Notifier>) -> Result<ClusterConns> {
         let redact = |s| crate::client::redact_secrets(&self.secrets, s);
-        let cmd = self.builder(opts).build().map_err(|e| Error::from_redis(&e, &redact))?;
-        let cmd = cmd.get_async_connection().await.map_err(|e| Error::from_redis(&e, &redact))?;
+        let built = |b: redis::cluster::ClusterClientBuilder| {
+            b.build().map_err(|e| {
+                let err = Error::from_redis(&e, &redact);
+                if self.tls && err.kind() != ErrorKind::Tls {
+                    // The certificates or key are checked here (`retrieve_tls_certificates`).
+                    Error::new(ErrorKind::Tls, format!("unusable TLS certificates or key: {}", err.message()))
+                } else {
+                    err
+                }
+            })
+        };
+        let cmd = built(self.builder(opts))?;
+        let cmd = match cmd.get_async_connection().await {
+            Ok(c) => c,
+            Err(e) => return Err(self.connect_error(&e, opts).await),
+        };
         let push = Arc::downgrade(notifier);
         let sub = self.builder(opts).push_sender(move |info: PushInfo| {
             if let Some(n) = push.upgrade() {
@@ -94,9 +142,36 @@ impl ClusterConfig {
             }
             Ok::<(), ()>(())
         });
-        let sub = sub.build().map_err(|e| Error::from_redis(&e, &redact))?;
-        let sub = sub.get_async_connection().await.map_err(|e| Error::from_redis(&e, &redact))?;
+        let sub = built(sub)?;
+        let sub = match sub.get_async_connection().await {
+            Ok(c) => c,
+            Err(e) => return Err(self.connect_error(&e, opts).await),
+        };
         Ok(ClusterConns { cmd, sub })
+    }
+
+    /// The error for a failed first connection. redis reports a failure to reach every seed as
+    /// an I/O error carrying only the text of the last cause, which hides a refused TLS handshake
+    /// (wrong CA, wrong host name): with TLS, ask each seed once more on its own connection,
+    /// whose error keeps its cause, and report a TLS refusal as such.
+    async fn connect_error(&self, e: &redis::RedisError, opts: &ClientOptions) -> Error {
+        let redact = |s| crate::client::redact_secrets(&self.secrets, s);
+        let err = Error::from_redis(e, &redact);
+        if !self.tls || err.kind() == ErrorKind::Tls {
+            return err;
+        }
+        for seed in &self.seeds {
+            let Ok(target) = crate::client::Target::from_info(seed.clone(), &opts.tls) else { continue };
+            let probe = target.client.get_multiplexed_async_connection();
+            if let Ok(Err(e)) = tokio::time::timeout(opts.connect_timeout, probe).await {
+                let probed = Error::from_redis(&e, &redact);
+                if probed.kind() == ErrorKind::Tls {
+                    let addr = seed.addr().to_string();
+                    return Error::new(ErrorKind::Tls, format!("cluster seed {addr}: {}", probed.message()));
+                }
+            }
+        }
+        err
     }
 
     fn builder(&self, opts: &ClientOptions) -> redis::cluster::ClusterClientBuilder {
@@ -105,6 +180,22 @@ impl ClusterConfig {
             .connection_timeout(opts.connect_timeout)
             .response_timeout(opts.response_timeout)
             .retries(3);
+        if self.tls {
+            // Verified: `TlsMode::Secure`, never `Insecure`; the CA and client certificate of
+            // `opts.tls` (the system store when no CA is given), as for `rediss://`.
+            crate::client::install_crypto_provider();
+            b = b.tls(redis::TlsMode::Secure);
+            if opts.tls.is_set() {
+                let tls = &opts.tls;
+                b =
+                    b.certs(redis::TlsCertificates {
+                        client_tls: tls.client_cert_pem.clone().zip(tls.client_key_pem.clone()).map(
+                            |(client_cert, client_key)| redis::ClientTlsConfig { client_cert, client_key },
+                        ),
+                        root_cert: tls.root_certs_pem.clone(),
+                    });
+            }
+        }
         if let Some(first) = self.seeds.first() {
             if let Some(user) = first.redis_settings().username() {
                 b = b.username(user);

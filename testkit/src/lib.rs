@@ -391,11 +391,26 @@ impl RedisCluster {
     /// Start the nodes, create the cluster and wait until every node reports `cluster_state:ok`
     /// and sees every replica attached. Panics after 30 s.
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        Self::start_inner(None, masters, replicas)
+    }
+
+    /// [`Self::start`] over TLS: every node serves clients on a TLS port ([`RedisServer::tls_port`],
+    /// certificates as in [`RedisServer::start_tls`]), speaks TLS on the cluster bus and to its
+    /// master (`tls-cluster`, `tls-replication`, with the client certificate of `certs`), and
+    /// announces itself as `localhost` (`cluster-announce-hostname`,
+    /// `cluster-preferred-endpoint-type hostname`), the name the server certificate carries, so
+    /// `CLUSTER SLOTS` names `localhost` and the TLS ports. The plain ports stay open for the
+    /// harness only (readiness, [`RedisServer::cmd`]); clients get [`Self::tls_url`].
+    pub fn start_tls(certs: &TlsCerts, masters: usize, replicas: usize) -> RedisCluster {
+        Self::start_inner(Some(certs), masters, replicas)
+    }
+
+    fn start_inner(certs: Option<&TlsCerts>, masters: usize, replicas: usize) -> RedisCluster {
         let n = masters * (1 + replicas);
         let nodes: Vec<RedisServer> = (0..n)
             .map(|_| {
                 let bus = free_port().to_string();
-                RedisServer::start_with(&[
+                let cluster_args = [
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -404,13 +419,38 @@ impl RedisCluster {
                     "2000",
                     "--cluster-port",
                     &bus,
-                ])
+                ];
+                match certs {
+                    None => RedisServer::start_with(&cluster_args),
+                    Some(certs) => {
+                        let mut args = cluster_args.to_vec();
+                        args.extend_from_slice(&[
+                            "--tls-cluster",
+                            "yes",
+                            "--tls-replication",
+                            "yes",
+                            "--tls-client-cert-file",
+                            certs.client_crt.to_str().expect("utf-8 path"),
+                            "--tls-client-key-file",
+                            certs.client_key.to_str().expect("utf-8 path"),
+                            "--cluster-announce-hostname",
+                            "localhost",
+                            "--cluster-preferred-endpoint-type",
+                            "hostname",
+                        ]);
+                        RedisServer::start_tls(certs, &args)
+                    }
+                }
             })
             .collect();
         let mut cmd = Command::new("redis-cli");
+        if let Some(certs) = certs {
+            cmd.arg("--tls").arg("--cacert").arg(&certs.ca_crt);
+            cmd.arg("--cert").arg(&certs.client_crt).arg("--key").arg(&certs.client_key);
+        }
         cmd.arg("--cluster").arg("create");
         for node in &nodes {
-            cmd.arg(format!("127.0.0.1:{}", node.port));
+            cmd.arg(format!("127.0.0.1:{}", node.tls_port().unwrap_or(node.port)));
         }
         let out = cmd
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
@@ -446,6 +486,18 @@ impl RedisCluster {
         let list: Vec<String> =
             self.nodes.iter().take(seeds).map(|n| format!("127.0.0.1:{}", n.port)).collect();
         format!("redis+cluster://{}", list.join(","))
+    }
+
+    /// `rediss+cluster://localhost:<tls port 1>,…` over the first `seeds` nodes of a
+    /// [`Self::start_tls`] cluster.
+    pub fn tls_url(&self, seeds: usize) -> String {
+        let list: Vec<String> = self
+            .nodes
+            .iter()
+            .take(seeds)
+            .map(|n| format!("localhost:{}", n.tls_port().expect("a TLS cluster node")))
+            .collect();
+        format!("rediss+cluster://{}", list.join(","))
     }
 
     /// The node that is master of `key`'s slot now.
