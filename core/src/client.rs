@@ -493,6 +493,19 @@ impl Target {
     }
 }
 
+/// The length of the scheme `url` starts with (case-insensitive), and whether it is `tls`
+/// rather than `plain`.
+pub(crate) fn scheme_of(url: &str, plain: &str, tls: &str) -> Option<(usize, bool)> {
+    let starts = |scheme: &str| url.get(..scheme.len()).is_some_and(|s| s.eq_ignore_ascii_case(scheme));
+    if starts(plain) {
+        Some((plain.len(), false))
+    } else if starts(tls) {
+        Some((tls.len(), true))
+    } else {
+        None
+    }
+}
+
 /// The texts to redact from messages about a connection made with `info`: its password.
 pub(crate) fn secrets_of(info: &redis::ConnectionInfo) -> Vec<String> {
     info.redis_settings().password().filter(|p| !p.is_empty()).map(str::to_owned).into_iter().collect()

@@ -51,14 +51,7 @@ pub(crate) fn is_sentinel_url(url: &str) -> bool {
 
 /// The length of the sentinel scheme `url` starts with, and whether it is the TLS one.
 fn scheme_of(url: &str) -> Option<(usize, bool)> {
-    let starts = |scheme: &str| url.get(..scheme.len()).is_some_and(|s| s.eq_ignore_ascii_case(scheme));
-    if starts(SCHEME) {
-        Some((SCHEME.len(), false))
-    } else if starts(TLS_SCHEME) {
-        Some((TLS_SCHEME.len(), true))
-    } else {
-        None
-    }
+    crate::client::scheme_of(url, SCHEME, TLS_SCHEME)
 }
 
 /// A parsed sentinel URL.

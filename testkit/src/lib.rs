@@ -167,18 +167,7 @@ impl RedisServer {
     /// unless `extra` says `--tls-auth-clients yes`). The plain port stays open for the harness.
     pub fn start_tls(certs: &TlsCerts, extra: &[&str]) -> RedisServer {
         let tls_port = free_port().to_string();
-        let mut args = vec![
-            "--tls-port",
-            &tls_port,
-            "--tls-cert-file",
-            certs.server_crt.to_str().expect("utf-8 path"),
-            "--tls-key-file",
-            certs.server_key.to_str().expect("utf-8 path"),
-            "--tls-ca-cert-file",
-            certs.ca_crt.to_str().expect("utf-8 path"),
-            "--tls-auth-clients",
-            "optional",
-        ];
+        let mut args = tls_server_args(certs, &tls_port);
         args.extend_from_slice(extra);
         Self::start_with(&args)
     }
@@ -206,17 +195,8 @@ impl RedisServer {
              sentinel failover-timeout {name} 10000\n"
         );
         let tls_port = free_port().to_string();
-        let args = [
-            "--tls-port",
-            &tls_port,
-            "--tls-cert-file",
-            certs.server_crt.to_str().expect("utf-8 path"),
-            "--tls-key-file",
-            certs.server_key.to_str().expect("utf-8 path"),
-            "--tls-ca-cert-file",
-            certs.ca_crt.to_str().expect("utf-8 path"),
-            "--tls-auth-clients",
-            "optional",
+        let mut args = tls_server_args(certs, &tls_port);
+        args.extend_from_slice(&[
             "--tls-replication",
             "yes",
             // Its own links present the client certificate (the server one is for serverAuth only).
@@ -224,7 +204,7 @@ impl RedisServer {
             certs.client_crt.to_str().expect("utf-8 path"),
             "--tls-client-key-file",
             certs.client_key.to_str().expect("utf-8 path"),
-        ];
+        ]);
         Self::start_inner(&args, Some(conf))
     }
 
@@ -372,6 +352,23 @@ impl Drop for RedisServer {
         self.kill9();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A TLS listener on `tls_port` with the server certificate of `certs`, trusting its CA for
+/// (optional) client certificates.
+fn tls_server_args<'a>(certs: &'a TlsCerts, tls_port: &'a str) -> Vec<&'a str> {
+    vec![
+        "--tls-port",
+        tls_port,
+        "--tls-cert-file",
+        certs.server_crt.to_str().expect("utf-8 path"),
+        "--tls-key-file",
+        certs.server_key.to_str().expect("utf-8 path"),
+        "--tls-ca-cert-file",
+        certs.ca_crt.to_str().expect("utf-8 path"),
+        "--tls-auth-clients",
+        "optional",
+    ]
 }
 
 /// `n` independent servers (for Redlock).
