@@ -196,15 +196,7 @@ impl RedisServer {
         );
         let tls_port = free_port().to_string();
         let mut args = tls_server_args(certs, &tls_port);
-        args.extend_from_slice(&[
-            "--tls-replication",
-            "yes",
-            // Its own links present the client certificate (the server one is for serverAuth only).
-            "--tls-client-cert-file",
-            certs.client_crt.to_str().expect("utf-8 path"),
-            "--tls-client-key-file",
-            certs.client_key.to_str().expect("utf-8 path"),
-        ]);
+        args.extend(tls_peer_args(certs));
         Self::start_inner(&args, Some(conf))
     }
 
@@ -371,6 +363,19 @@ fn tls_server_args<'a>(certs: &'a TlsCerts, tls_port: &'a str) -> Vec<&'a str> {
     ]
 }
 
+/// Links this server opens itself (to its master, to other sentinels or cluster nodes) use TLS and
+/// present the client certificate of `certs` (the server one is for serverAuth only).
+fn tls_peer_args(certs: &TlsCerts) -> [&str; 6] {
+    [
+        "--tls-replication",
+        "yes",
+        "--tls-client-cert-file",
+        certs.client_crt.to_str().expect("utf-8 path"),
+        "--tls-client-key-file",
+        certs.client_key.to_str().expect("utf-8 path"),
+    ]
+}
+
 /// `n` independent servers (for Redlock).
 pub fn start_many(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
@@ -421,15 +426,10 @@ impl RedisCluster {
                     None => RedisServer::start_with(&cluster_args),
                     Some(certs) => {
                         let mut args = cluster_args.to_vec();
+                        args.extend(tls_peer_args(certs));
                         args.extend_from_slice(&[
                             "--tls-cluster",
                             "yes",
-                            "--tls-replication",
-                            "yes",
-                            "--tls-client-cert-file",
-                            certs.client_crt.to_str().expect("utf-8 path"),
-                            "--tls-client-key-file",
-                            certs.client_key.to_str().expect("utf-8 path"),
                             "--cluster-announce-hostname",
                             "localhost",
                             "--cluster-preferred-endpoint-type",
