@@ -118,8 +118,8 @@ static int is_free(ferrolock_lock *l) {
   return 1;
 }
 
-/* A loopback port nobody listens on (bound then closed). */
-static int dead_port(void) {
+/* A TCP socket bound to a free loopback port, stored in *port. */
+static int loopback_socket(int *port) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   CHECK(s >= 0);
   struct sockaddr_in a;
@@ -129,8 +129,15 @@ static int dead_port(void) {
   CHECK(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
   socklen_t len = sizeof a;
   CHECK(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-  close(s);
-  return ntohs(a.sin_port);
+  *port = ntohs(a.sin_port);
+  return s;
+}
+
+/* A loopback port nobody listens on (bound then closed). */
+static int dead_port(void) {
+  int port;
+  close(loopback_socket(&port));
+  return port;
 }
 
 /* ---- codes ---- */
@@ -1136,17 +1143,8 @@ static int raw_connect(int port) {
 
 /* A listener that completes the TCP handshake and never answers (a response timeout). */
 static int silent_listener(int *port) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  CHECK(s >= 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof a);
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+  int s = loopback_socket(port);
   CHECK(listen(s, 16) == 0);
-  socklen_t len = sizeof a;
-  CHECK(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-  *port = ntohs(a.sin_port);
   return s;
 }
 
