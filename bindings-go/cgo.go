@@ -42,11 +42,17 @@ func bytesArg(s string) (*C.uint8_t, C.size_t) {
 	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s))), C.size_t(len(s))
 }
 
+// millis is d in whole milliseconds, rounded up (a positive d never becomes 0). Rounding divides
+// first: adding 999,999 ns before dividing would overflow near the largest Duration.
 func millis(d time.Duration) C.uint64_t {
 	if d <= 0 {
 		return 0
 	}
-	return C.uint64_t((d + time.Millisecond - 1) / time.Millisecond)
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return C.uint64_t(ms)
 }
 
 // withContext runs the blocking f, returning early with ctx's error if ctx ends first; f then

@@ -49,8 +49,9 @@ type lostState struct {
 func (s *lostState) end(lost error) {
 	s.once.Do(func() {
 		if lost != nil {
-			close(s.ch)
+			// Context first: whoever wakes on Lost() must already see Context() done.
 			s.cancel(lost)
+			close(s.ch)
 		} else {
 			s.cancel(context.Canceled)
 		}
