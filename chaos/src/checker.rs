@@ -289,13 +289,127 @@ pub fn fenced_mutex_linearizable(cs: &[Cs]) -> Result<(), String> {
 }
 
 /// Probe observation.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct Obs {
     node: u64,
     t_send: u64,
     t_recv: u64,
     fence: Option<u64>,
+    /// The hold's owner token (absent in probes of older runs).
+    owner: Option<String>,
     pttl: i64,
+}
+
+impl Obs {
+    /// The latest the key can expire, as of this observation: read at `t_recv`, PTTL rounded
+    /// down by less than 1 ms.
+    fn expiry_max(&self) -> f64 {
+        self.t_recv as f64 + (self.pttl as f64 + 1.0) * MS
+    }
+}
+
+/// One hold as the probe saw it on one master: consecutive observations of the key with one
+/// owner and one grant. A Redlock grant's fence write-back changes the `fence` field but not the
+/// expiry, so it continues the hold; a new grant changes the fence *and* moves the expiry (or
+/// the owner); a re-entry or renewal moves the expiry and keeps the fence.
+#[derive(Clone, Debug)]
+struct Seg<'a> {
+    node: u64,
+    first: &'a Obs,
+    fences: Vec<u64>,
+    owner: Option<&'a str>,
+    /// `t_recv` of the first observation without this hold (key gone or another hold), if any.
+    gone: Option<u64>,
+}
+
+/// The holds on every master, from the probe's change lines (`probes` sorted by `t_send`).
+fn hold_segments(probes: &[Obs]) -> Vec<Seg<'_>> {
+    let mut out: Vec<Seg> = Vec::new();
+    let mut open: HashMap<u64, (usize, &Obs)> = HashMap::new(); // node -> (index in out, last obs)
+    for o in probes {
+        let cur = open.get(&o.node).copied();
+        let Some(f) = o.fence else {
+            if let Some((k, _)) = open.remove(&o.node) {
+                out[k].gone = Some(o.t_recv);
+            }
+            continue;
+        };
+        if let Some((k, last)) = cur {
+            let same_owner = last.owner == o.owner;
+            let same_expiry = (last.expiry_max() - o.expiry_max()).abs() <= 3.0 * MS;
+            if same_owner && (last.fence == Some(f) || same_expiry) {
+                if !out[k].fences.contains(&f) {
+                    out[k].fences.push(f);
+                }
+                open.insert(o.node, (k, o));
+                continue;
+            }
+            out[k].gone = Some(o.t_recv);
+        }
+        out.push(Seg { node: o.node, first: o, fences: vec![f], owner: o.owner.as_deref(), gone: None });
+        open.insert(o.node, (out.len() - 1, o));
+    }
+    out
+}
+
+/// Validity error at grant, single master and Redlock alike: the believed expiry the client
+/// reported with its grant minus the latest the lock can really have expired. A Redlock lock
+/// is free for another client once fewer than `quorum` masters hold it, so its real expiry is
+/// the `quorum`-th latest of the per-master expiries. The holds of a grant are those that
+/// appeared after the acquire was invoked and carried the grant's fence (on a Redlock master,
+/// once the fence was written back; a master the write-back missed is left out, which can only
+/// make the real expiry earlier and the error larger). The first observation of each hold is
+/// taken. No sample when fewer than `quorum` holds were seen.
+fn validity_errors(cs: &[Cs], segs: &[Seg], quorum: usize) -> Vec<f64> {
+    let mut out = Vec::new();
+    for c in cs {
+        let mut per_node: BTreeMap<u64, &Obs> = BTreeMap::new();
+        for sg in segs {
+            let t = sg.first.t_send;
+            if sg.fences.contains(&c.fence) && t >= c.t_inv && t < c.t_end.max(c.t_ok) && sg.first.pttl >= 0 {
+                let e = per_node.entry(sg.node).or_insert(sg.first);
+                if t < e.t_send {
+                    *e = sg.first;
+                }
+            }
+        }
+        let mut expiries: Vec<f64> = per_node.values().map(|o| o.expiry_max()).collect();
+        if quorum == 0 || expiries.len() < quorum {
+            continue;
+        }
+        expiries.sort_by(|a, b| b.total_cmp(a));
+        let believed = c.deadlines.first().map_or(c.t_ok as f64 + c.validity_ms * MS, |d| d.1 as f64);
+        out.push((believed - expiries[quorum - 1]) / MS);
+    }
+    out
+}
+
+/// Leaked-lock time after each kill -9 of a holder (`(t_kill, fence of its grant)`): from the
+/// kill until fewer than `quorum` masters still hold the killed grant. Its holds are the ones
+/// alive at the kill that carry its fence or its owner (a Redlock master the fence write-back
+/// missed still shows the owner). A hold never seen gone counts as gone at `observed_until`
+/// (a lower bound).
+fn leaked_lock_ms(kills: &[(u64, u64)], segs: &[Seg], quorum: usize, observed_until: u64) -> Vec<f64> {
+    let mut out = Vec::new();
+    for &(t_kill, fence) in kills {
+        let owners: HashSet<&str> =
+            segs.iter().filter(|sg| sg.fences.contains(&fence)).filter_map(|sg| sg.owner).collect();
+        let mut per_node: BTreeMap<u64, u64> = BTreeMap::new();
+        for sg in segs {
+            let alive = sg.first.t_recv <= t_kill && sg.gone.is_none_or(|g| g > t_kill);
+            let ours = sg.fences.contains(&fence) || sg.owner.is_some_and(|o| owners.contains(o));
+            if alive && ours {
+                per_node.insert(sg.node, sg.gone.unwrap_or(observed_until.max(t_kill)));
+            }
+        }
+        let mut free_at: Vec<u64> = per_node.into_values().collect();
+        if quorum == 0 || free_at.len() < quorum {
+            continue;
+        }
+        free_at.sort_unstable();
+        out.push((free_at[free_at.len() - quorum] - t_kill) as f64 / MS);
+    }
+    out
 }
 
 /// Everything the checker concludes about one run directory.
@@ -437,7 +551,7 @@ pub fn check_run(dir: &Path) -> Value {
     let validity = sorted(cs.iter().map(|c| c.validity_ms).collect());
     let min_validity = validity.first().copied();
 
-    // Probe: validity error (single master: the grant's fence is the hold's fence field).
+    // Probe: the holds on each master.
     let probes: Vec<Obs> = read_lines(&dir.join("probe.jsonl"))
         .iter()
         .filter_map(|v| {
@@ -446,30 +560,18 @@ pub fn check_run(dir: &Path) -> Value {
                 t_send: u(v, "t_send")?,
                 t_recv: u(v, "t_recv")?,
                 fence: u(v, "fence"),
+                owner: s(v, "owner"),
                 pttl: v.get("pttl")?.as_i64()?,
             })
         })
         .collect();
     let mut probes = probes;
     probes.sort_by_key(|o| (o.t_send, o.node));
-    let mut validity_err: Vec<f64> = Vec::new();
+    let segs = hold_segments(&probes);
+    let validity_err = sorted(validity_errors(&cs, &segs, quorum as usize));
     let mut key_gone_while_held: HashSet<usize> = HashSet::new();
     if masters == 1 {
-        let mut first_seen: HashMap<u64, &Obs> = HashMap::new();
-        for o in &probes {
-            if let Some(f) = o.fence {
-                first_seen.entry(f).or_insert(o);
-            }
-        }
         for (i, c) in cs.iter().enumerate() {
-            if let Some(o) = first_seen.get(&c.fence)
-                && o.pttl >= 0
-                && o.t_send >= c.t_inv
-            {
-                // Latest possible real expiry: read at t_recv, PTTL rounded down by < 1 ms.
-                let real_max = o.t_recv as f64 + (o.pttl as f64 + 1.0) * MS;
-                validity_err.push((c.deadlines[0].1 as f64 - real_max) / MS);
-            }
             // Ground truth of a lost hold: the key was seen gone or owned by another fence after
             // the grant and before the holder invoked its release.
             let from = probes.partition_point(|o| o.t_send <= c.t_ok);
@@ -478,7 +580,6 @@ pub fn check_run(dir: &Path) -> Value {
             }
         }
     }
-    let validity_err = sorted(validity_err);
     let unowned = if masters == 1 { unowned_holds(&cs, &probes) } else { Vec::new() };
     let unowned_max =
         unowned.iter().map(|u| u.1).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
@@ -556,25 +657,13 @@ pub fn check_run(dir: &Path) -> Value {
     }
 
     // Leaked locks: holder killed → the lock free again (fewer than a quorum of masters hold it).
-    let mut leaked: Vec<f64> = Vec::new();
-    for n in nemesis.iter().filter(|n| s(n, "fault").as_deref() == Some("kill_holder")) {
-        let Some(t_kill) = u(n, "t_mono_ns") else { continue };
-        let mut free_at = Vec::new();
-        for node in 0..masters {
-            let obs: Vec<&Obs> = probes.iter().filter(|o| o.node == node).collect();
-            let Some(at_kill) = obs.iter().rev().find(|o| o.t_recv <= t_kill) else { continue };
-            let Some(f) = at_kill.fence else { continue };
-            if let Some(o) = obs.iter().find(|o| o.t_send > t_kill && o.fence != Some(f)) {
-                free_at.push(o.t_recv);
-            }
-        }
-        free_at.sort_unstable();
-        let holding = free_at.len() as u64;
-        if holding >= quorum {
-            let idx = (holding - quorum) as usize;
-            leaked.push((free_at[idx] as f64 - t_kill as f64) / MS);
-        }
-    }
+    let kills_fenced: Vec<(u64, u64)> = nemesis
+        .iter()
+        .filter(|n| s(n, "fault").as_deref() == Some("kill_holder"))
+        .filter_map(|n| Some((u(n, "t_mono_ns")?, u(n, "fence")?)))
+        .collect();
+    let observed_until = events.iter().map(|e| e.t).max().unwrap_or(0);
+    let leaked = leaked_lock_ms(&kills_fenced, &segs, quorum as usize, observed_until);
     let leaked = sorted(leaked);
 
     // Handoff latency.
@@ -875,7 +964,14 @@ mod tests {
 
     #[test]
     fn a_hold_no_critical_section_owns_is_measured() {
-        let obs = |t: u64, fence: Option<u64>| Obs { node: 0, t_send: t, t_recv: t + 1, fence, pttl: 300 };
+        let obs = |t: u64, fence: Option<u64>| Obs {
+            node: 0,
+            t_send: t,
+            t_recv: t + 1,
+            fence,
+            pttl: 300,
+            ..Obs::default()
+        };
         let probes = [
             obs(0, None),
             obs(10, Some(1)),
@@ -909,5 +1005,89 @@ mod tests {
         // No overlap at all.
         let apart = [cs("a", 1, 0, 10, 20, 20), cs("b", 2, 20, 30, 40, 40)];
         assert_eq!(overlaps(&apart), (vec![], 0));
+    }
+
+    /// A probe line at `t_ms` (received 1 ms later) on `node`.
+    fn ob(node: u64, t_ms: u64, fence: Option<u64>, owner: &str, pttl: i64) -> Obs {
+        let t = t_ms * 1_000_000;
+        Obs { node, t_send: t, t_recv: t + 1_000_000, fence, owner: Some(owner.into()), pttl }
+    }
+
+    #[test]
+    fn redlock_validity_error_is_against_the_quorum_th_expiry() {
+        let ms = |x: u64| x * 1_000_000;
+        let mut probes = vec![
+            // Node 0: granted 97, then the write-back to 100 (same hold: the expiry did not move).
+            ob(0, 10, Some(97), "a", 1000),
+            ob(0, 15, Some(100), "a", 995),
+            // Node 1: granted 100 itself; a re-entry then moves the expiry (same hold).
+            ob(1, 12, Some(100), "a", 1000),
+            ob(1, 40, Some(100), "a", 1000),
+            // Node 2: granted 100.
+            ob(2, 14, Some(100), "a", 990),
+            // Node 3: another owner's hold, seen before the acquire was invoked: not this grant's.
+            ob(3, 1, Some(90), "b", 700),
+            ob(3, 30, None, "", -2),
+            // Node 4: granted 98, never written back: left out.
+            ob(4, 11, Some(98), "a", 1000),
+        ];
+        probes.sort_by_key(|o| (o.t_send, o.node));
+        let segs = hold_segments(&probes);
+        let mut a = cs("a", 100, ms(5), ms(20), ms(500), ms(501));
+        // Expiries at the grant: node 0 at 11 + 1001, node 1 at 13 + 1001, node 2 at 15 + 991 ms:
+        // with quorum 3 the lock is free when the third-latest (node 2, 1006 ms) expires.
+        a.deadlines = vec![(ms(20), ms(1000))];
+        assert_eq!(validity_errors(std::slice::from_ref(&a), &segs, 3), vec![-6.0]);
+        // A client that believed itself valid until 1010 ms was not conservative.
+        a.deadlines = vec![(ms(20), ms(1010))];
+        assert_eq!(validity_errors(std::slice::from_ref(&a), &segs, 3), vec![4.0]);
+        // Quorum 2: the second-latest (node 0, 1012 ms).
+        assert_eq!(validity_errors(std::slice::from_ref(&a), &segs, 2), vec![-2.0]);
+        // Fewer holds seen than the quorum: no sample rather than a guess.
+        assert!(validity_errors(std::slice::from_ref(&a), &segs, 4).is_empty());
+        // A hold that appeared before the acquire was invoked is not this grant's.
+        a.t_inv = ms(13);
+        assert!(validity_errors(std::slice::from_ref(&a), &segs, 2).is_empty());
+        assert_eq!(validity_errors(std::slice::from_ref(&a), &segs, 1), vec![4.0]);
+    }
+
+    #[test]
+    fn a_new_grant_of_the_same_owner_is_a_new_hold() {
+        let probes = [
+            ob(0, 0, Some(5), "a", 1000),
+            // Released and granted again (fence 6) between two polls: new fence, expiry moved.
+            ob(0, 100, Some(6), "a", 1000),
+            // Renewal: same fence, expiry moved: the same hold.
+            ob(0, 400, Some(6), "a", 1000),
+            ob(0, 500, None, "", -2),
+        ];
+        let segs = hold_segments(&probes);
+        assert_eq!(segs.len(), 2);
+        assert_eq!((segs[0].fences.clone(), segs[0].gone), (vec![5], Some(101_000_000)));
+        assert_eq!((segs[1].fences.clone(), segs[1].gone), (vec![6], Some(501_000_000)));
+    }
+
+    #[test]
+    fn redlock_leaked_lock_time_ends_when_fewer_than_a_quorum_hold() {
+        let probes = [
+            ob(0, 10, Some(100), "a", 1000),
+            ob(1, 10, Some(100), "a", 1000),
+            // Node 2: the write-back missed it, but the owner is the killed holder's.
+            ob(2, 10, Some(99), "a", 1000),
+            ob(3, 10, Some(80), "z", 1000),
+            ob(0, 1000, None, "", -2),
+            ob(2, 1050, None, "", -2),
+            ob(1, 1100, None, "", -2),
+            ob(3, 1200, None, "", -2),
+        ];
+        let segs = hold_segments(&probes);
+        // Killed at 300 ms: three holds (nodes 0, 1, 2); with quorum 3 the lock is free once
+        // the first of them is gone (node 0, seen at 1001 ms).
+        assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 3, 0), vec![701.0]);
+        // Quorum 2: once two are gone (node 2 at 1051 ms).
+        assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 2, 0), vec![751.0]);
+        // A hold never seen gone counts until the end of the observation.
+        let segs = hold_segments(&probes[..4]);
+        assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 1, 2_000_000_000), vec![1700.0]);
     }
 }

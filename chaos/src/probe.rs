@@ -1,8 +1,10 @@
 //! Observers on each master, independent of the library:
 //!
-//! - the **expiry probe** polls the lock's hold key (`fence` field and `PTTL`) every few ms and
-//!   records every change as `{"node","t_send","t_recv","fence","pttl"}` in `probe.jsonl`;
-//!   the key's real expiry lies in `[t_send + pttl, t_recv + pttl + 1 ms]`;
+//! - the **expiry probe** polls the lock's hold key (`fence` and `owner` fields and `PTTL`)
+//!   every few ms and records every change as `{"node","t_send","t_recv","fence","owner","pttl"}`
+//!   in `probe.jsonl`; the key's real expiry lies in `[t_send + pttl, t_recv + pttl + 1 ms]`.
+//!   The owner (token) tells the holds of one grant apart on the masters of a Redlock, whose
+//!   `fence` fields differ until the grant's fence is written back;
 //! - the **command recorder** runs `MONITOR` and keeps every `EVAL`/`EVALSHA` line as
 //!   `{"node","t_mono_ns","args":[...]}` in `monitor.jsonl` (for "renewals after release").
 //!
@@ -20,7 +22,8 @@ use serde_json::json;
 use crate::monotonic_ns;
 use crate::resp::{Conn, Val};
 
-const PROBE: &str = "return {redis.call('hget', KEYS[1], 'fence') or false, redis.call('pttl', KEYS[1])}";
+const PROBE: &str = "return {redis.call('hget', KEYS[1], 'fence') or false, redis.call('pttl', KEYS[1]), \
+                     redis.call('hget', KEYS[1], 'owner') or false}";
 
 /// Poll `hold_key` on `addr` until `stop`; append changes to `out`.
 pub fn expiry_probe(
@@ -31,7 +34,7 @@ pub fn expiry_probe(
     out: Arc<Mutex<File>>,
     stop: Arc<AtomicBool>,
 ) {
-    let mut last: Option<(Option<u64>, u64)> = None;
+    let mut last: Option<(Option<u64>, u64, Option<String>)> = None;
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut c) = Conn::connect(&addr, Duration::from_millis(200)) else {
             std::thread::sleep(Duration::from_millis(20));
@@ -44,15 +47,21 @@ pub fn expiry_probe(
             if let Val::Array(Some(items)) = v {
                 let fence = items.first().and_then(Val::as_int).map(|f| f as u64);
                 let pttl = items.get(1).and_then(Val::as_int).unwrap_or(-2);
+                let owner = match items.get(2) {
+                    Some(Val::Bulk(Some(b))) => Some(String::from_utf8_lossy(b).into_owned()),
+                    _ => None,
+                };
                 // Record changes of holder, and expiry moves of more than 3 ms (renewals).
                 let expiry = t_recv + (pttl.max(0) as u64) * 1_000_000;
-                let changed = match last {
+                let changed = match &last {
                     None => true,
-                    Some((f, e)) => f != fence || (fence.is_some() && e.abs_diff(expiry) > 3_000_000),
+                    Some((f, e, o)) => {
+                        *f != fence || *o != owner || (fence.is_some() && e.abs_diff(expiry) > 3_000_000)
+                    }
                 };
                 if changed {
-                    last = Some((fence, expiry));
-                    let line = json!({"node": node, "t_send": t_send, "t_recv": t_recv, "fence": fence, "pttl": pttl});
+                    let line = json!({"node": node, "t_send": t_send, "t_recv": t_recv, "fence": fence, "owner": owner, "pttl": pttl});
+                    last = Some((fence, expiry, owner));
                     let mut f = out.lock().unwrap_or_else(|p| p.into_inner());
                     let _ = writeln!(f, "{line}");
                 }

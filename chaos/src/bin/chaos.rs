@@ -264,6 +264,15 @@ fn scenarios() -> Vec<Scenario> {
                 false,
             )
         },
+        s(
+            "w2-crash",
+            "kill -9 the holder every ~2 s over Redlock (leaked-lock time, B2)",
+            5,
+            Fault::KillHolder,
+            false,
+            true,
+            false,
+        ),
     ]
 }
 
@@ -1248,6 +1257,41 @@ fn report(suite: &Value) -> String {
             num(&f["handoff_ms"]["p50"]),
             num(&f["handoff_ms"]["p99"]),
             tp.join(", "),
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "## Validity and leaked-lock figures");
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Validity error: the believed expiry at grant minus the latest real expiry (Redlock: the quorum-th latest of the masters' holds), from the probe; must be ≤ 0. Leaked-lock time: kill -9 of the holder until fewer than a quorum of masters hold its grant; must be ≤ TTL + 100 ms."
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "| scenario | run | masters | validity at grant min / p1 ms | validity error max / p50 ms (samples) | leaked-lock max / p50 ms (kills) |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|");
+    for r in suite["runs"].as_array().into_iter().flatten() {
+        if r.get("skipped").is_some() {
+            continue;
+        }
+        let f = &r["figures"];
+        let num = |v: &Value| if v.is_null() { "—".to_owned() } else { v.to_string() };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} / {} | {} / {} ({}) | {} / {} ({}) |",
+            r["scenario"].as_str().unwrap_or(""),
+            if r["control"].as_bool() == Some(true) { "control" } else { "fenced" },
+            r["config"]["masters"],
+            num(&f["validity_at_grant_ms"]["min"]),
+            num(&f["validity_at_grant_ms"]["p1"]),
+            num(&f["validity_error_ms"]["max"]),
+            num(&f["validity_error_ms"]["p50"]),
+            f["validity_error_ms"]["samples"],
+            num(&f["leaked_lock_ms"]["max"]),
+            num(&f["leaked_lock_ms"]["p50"]),
+            f["leaked_lock_ms"]["kills"],
         );
     }
     let _ = writeln!(o);
