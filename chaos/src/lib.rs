@@ -8,6 +8,7 @@
 //!   nothing in it imports the library). `chaos check DIR` runs it on a finished run.
 //! - [`resource`]: the protected resource (a counter behind a line protocol, fenced or not).
 //! - [`probe`]: per-master observers: a `PTTL`/fence poller and a `MONITOR` recorder.
+//! - [`netns`]: kernel partitions: clients in network namespaces, cut by `iptables` DROP rules.
 //! - [`proxy`]: the user-space link proxy: adjustable one-way delay (N4) and blackholing of a
 //!   (client, master) link (N5 partitions).
 //! - [`history`]: the JSON-lines history writer the Rust client uses (Python and Node clients
@@ -16,6 +17,7 @@
 
 pub mod checker;
 pub mod history;
+pub mod netns;
 pub mod probe;
 pub mod proxy;
 pub mod resource;

@@ -1,5 +1,6 @@
-//! The link proxy of faults N4 and N5 (`tc netem` and `iptables` need root and are not
-//! available here): a user-space TCP proxy on a free loopback port that forwards to one master.
+//! The link proxy of faults N4 and N5's proxy variant (`tc netem` does not work on this kernel,
+//! and this variant needs no root; the kernel variant of N5 is `netns.rs`): a user-space TCP
+//! proxy on a free loopback port that forwards to one master.
 //!
 //! - **Delay** (N4): every chunk is held for the current delay in each direction. The delay can
 //!   be changed while connections are open; order within a direction is always kept (one writer

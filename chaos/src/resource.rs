@@ -58,7 +58,12 @@ pub struct Resource {
 impl Resource {
     /// Listen on a free loopback port; `fenced = false` is the control mode.
     pub fn start(log: &Path, fenced: bool) -> std::io::Result<Resource> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
+        Self::start_on(log, fenced, "127.0.0.1")
+    }
+
+    /// Listen on a free port of `ip` (kernel partitions: the address the client namespaces reach).
+    pub fn start_on(log: &Path, fenced: bool, ip: &str) -> std::io::Result<Resource> {
+        let listener = TcpListener::bind((ip, 0))?;
         let addr = listener.local_addr()?.to_string();
         let state = Arc::new(Mutex::new(State { log: Some(File::create(log)?), ..State::default() }));
         let stop = Arc::new(AtomicBool::new(false));

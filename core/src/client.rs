@@ -85,6 +85,18 @@ impl ConnectionLike for Conn {
     }
 }
 
+impl Conn {
+    /// Releases publish with `SPUBLISH` (sharded pub/sub) on a cluster, `PUBLISH` elsewhere
+    /// (docs/PROTOCOL.md).
+    pub(crate) fn sharded(&self) -> bool {
+        match self {
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(_) => true,
+            _ => false,
+        }
+    }
+}
+
 /// A connection that carries release-channel subscriptions (notify.rs).
 pub(crate) trait PubSubConn: Clone + Send + Sync + 'static {
     fn subscribe(&mut self, channel: &[u8]) -> impl Future<Output = RedisResult<()>> + Send;
@@ -259,6 +271,19 @@ impl Client {
         Err(Error::new(ErrorKind::Internal, "cluster support is not compiled in"))
     }
 
+    /// Tests only: on a Redis Cluster client, stop (`false`) or resume repairing the sharded
+    /// subscriptions that a slot move or a failover ends (the control of the resubscription
+    /// tests: waiters then fall back to the holder's PTTL). No effect elsewhere.
+    #[doc(hidden)]
+    pub fn set_cluster_resubscription_for_tests(&self, on: bool) {
+        #[cfg(feature = "cluster")]
+        if let Backend::Single { conn: Conn::Cluster(c), .. } = &self.inner.backend {
+            c.sub.set_repair(on);
+        }
+        #[cfg(not(feature = "cluster"))]
+        let _ = on;
+    }
+
     /// Whether this client locks by quorum over several masters ([`Client::connect_redlock`]).
     pub fn is_redlock(&self) -> bool {
         matches!(self.inner.backend, Backend::Quorum(_))
@@ -345,12 +370,12 @@ impl Client {
             Backend::Single { conn, .. } => conn,
             Backend::Quorum(q) => return q.force_unlock(&keys, self).await,
         };
-        let v: Value = scripts::FORCE_UNLOCK
-            .key(&keys.hold)
-            .arg(&keys.channel)
-            .invoke_async(&mut conn.clone())
-            .await
-            .map_err(|e| self.error(&e))?;
+        let mut script = scripts::FORCE_UNLOCK.key(&keys.hold);
+        script.arg(&keys.channel);
+        if conn.sharded() {
+            script.arg("sharded");
+        }
+        let v: Value = script.invoke_async(&mut conn.clone()).await.map_err(|e| self.error(&e))?;
         let items = as_array(&v)?;
         if int_at(items, 0)? == 0 {
             return Ok(None);

@@ -3,10 +3,10 @@
 //! failovers, and routes every script by its first key. All keys of one lock share the hash tag
 //! `{name}` (docs/PROTOCOL.md), so each script touches one slot.
 //!
-//! Release notifications use classic pub/sub (docs/GUARANTEES.md, Redis Cluster): waiters
-//! `SUBSCRIBE` to the lock's channel (the driver routes it to the node serving its slot and moves
-//! it when the slot moves) on a connection of their own, apart from the scripts' (see
-//! [`ClusterConfig::connect`]).
+//! Release notifications use sharded pub/sub (docs/GUARANTEES.md, Redis Cluster): the scripts
+//! `SPUBLISH` and waiters `SSUBSCRIBE` on the master of the lock's slot, over dedicated per-node
+//! connections that carry no lock command (cluster_sub.rs), resubscribed after a slot move or a
+//! failover.
 //!
 //! TLS: `rediss+cluster://…` (same syntax) speaks TLS to every node, the seeds and those the
 //! cluster names, with the CA and client certificate of `ClientOptions::tls`, verified like
@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, PushInfo, RedisResult, Value};
+use redis::{Cmd, Pipeline, RedisResult, Value};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::Notifier;
@@ -98,18 +98,17 @@ impl ClusterConfig {
         Ok(ClusterConfig { seeds, tls, secrets, description })
     }
 
-    /// Two RESP3 cluster connections: `cmd` for the scripts, and `sub` for the release-channel
-    /// subscriptions, whose pushes (messages, disconnections) go to `notifier`.
+    /// A RESP3 cluster connection `cmd` for the scripts, without a push sender, and `sub`, the
+    /// sharded release-channel subscriptions on dedicated per-node connections
+    /// (cluster_sub.rs), whose messages go to `notifier`.
     ///
-    /// Why two: redis 1.8.1 tracks the subscriptions of a cluster connection that has a push
-    /// sender and, after every slot-map refresh (a failover, a `MOVED`), resubscribes each node
-    /// to all the tracked channels it owns as *one* `SUBSCRIBE c1 … cN` sent as a plain command
-    /// (`cluster_async` `send_subscription_pipeline` → `req_packed_command`), which expects one
-    /// reply. The server confirms each channel, so the N−1 extra confirmations are taken as the
-    /// replies of the next N−1 commands on that node's connection, and every later reply there is
-    /// shifted (an acquire read a release's `-1`). The script connection therefore has no push
-    /// sender, hence no tracker and no resubscription traffic; on `sub`, a stray confirmation can
-    /// only complete another SUBSCRIBE/UNSUBSCRIBE early (or be dropped), never a script's reply.
+    /// Why apart: redis 1.8.1 takes a subscription confirmation or an unsolicited `sunsubscribe`
+    /// push as the reply to the oldest command pending on that connection (after a failover or a
+    /// slot move: its cluster resubscription sends one `SUBSCRIBE c1 … cN` expecting one reply,
+    /// and Redis sends every sharded subscriber of a moved slot a `sunsubscribe`), which shifted
+    /// script replies (an acquire read a release's `-1`). The script connection therefore has no
+    /// push sender, hence no subscriptions and no resubscription traffic; on `sub`, a stray push
+    /// can only complete a SSUBSCRIBE/SUNSUBSCRIBE early, and each of those checks its reply.
     pub async fn connect(&self, opts: &ClientOptions, notifier: &Arc<Notifier>) -> Result<ClusterConns> {
         let redact = |s| crate::client::redact_secrets(&self.secrets, s);
         let built = |b: redis::cluster::ClusterClientBuilder| {
@@ -128,18 +127,9 @@ impl ClusterConfig {
             Ok(c) => c,
             Err(e) => return Err(self.connect_error(&e, opts).await),
         };
-        let push = Arc::downgrade(notifier);
-        let sub = self.builder(opts).push_sender(move |info: PushInfo| {
-            if let Some(n) = push.upgrade() {
-                n.on_push(info);
-            }
-            Ok::<(), ()>(())
-        });
-        let sub = built(sub)?;
-        let sub = match sub.get_async_connection().await {
-            Ok(c) => c,
-            Err(e) => return Err(self.connect_error(&e, opts).await),
-        };
+        let template = self.seeds.first().cloned().ok_or_else(|| bad_url("no seed"))?;
+        let opts = Arc::new(opts.clone());
+        let sub = crate::cluster_sub::ShardedSubs::new(cmd.clone(), template, opts, notifier);
         Ok(ClusterConns { cmd, sub })
     }
 
@@ -201,12 +191,12 @@ impl ClusterConfig {
     }
 }
 
-/// A client's cluster connections: scripts on `cmd`, release-channel subscriptions on `sub`
-/// (see [`ClusterConfig::connect`] for why they are apart).
+/// A client's cluster connections: scripts on `cmd`, sharded release-channel subscriptions on
+/// `sub` (see [`ClusterConfig::connect`] for why they are apart).
 #[derive(Clone)]
 pub(crate) struct ClusterConns {
     pub cmd: ClusterConnection,
-    pub sub: ClusterConnection,
+    pub sub: Arc<crate::cluster_sub::ShardedSubs>,
 }
 
 /// A pipeline on a cluster: redis refuses one whose keys span slots, and the watchdog's renewal

@@ -41,6 +41,8 @@ pub mod blocking;
 mod client;
 #[cfg(feature = "cluster")]
 mod cluster;
+#[cfg(feature = "cluster")]
+mod cluster_sub;
 mod error;
 mod hold;
 mod keys;

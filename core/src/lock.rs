@@ -328,6 +328,11 @@ impl Lock {
             cmd.arg(1).arg(&inner.keys.hold).arg(&*inner.token).arg(&inner.keys.channel).arg(target);
             if let Some(fence) = level.fence.filter(|_| target > 0) {
                 cmd.arg(fence.to_string());
+            } else if conn.sharded() {
+                cmd.arg(""); // no fence; ARGV[5] follows
+            }
+            if conn.sharded() {
+                cmd.arg("sharded"); // SPUBLISH on a cluster (docs/PROTOCOL.md)
             }
             cmd
         };

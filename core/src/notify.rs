@@ -158,6 +158,17 @@ impl Notifier {
         }
     }
 
+    /// `channel`'s subscription was lost and is in place again (cluster_sub.rs): every waiter
+    /// tries again, as after a reconnection, so a release during the gap is not missed.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub fn wake_channel(&self, channel: &[u8]) {
+        if let Some(chan) = lock(&self.channels).get_mut(channel) {
+            chan.delivered = chan.delivered.max(chan.expect);
+            chan.wake_all();
+            chan.turn.notify_waiters();
+        }
+    }
+
     /// A wake-one subscription to `channel` if the connection is already subscribed (no I/O).
     pub fn peek(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
         self.peek_mode(channel, true)
@@ -528,6 +539,16 @@ mod tests {
         let n = notifier();
         let subs = waiting(&n, 3);
         n.on_push(PushInfo { kind: PushKind::Disconnection, data: vec![] });
+        assert!(subs.iter().all(woken));
+    }
+
+    #[test]
+    fn a_resubscribed_channel_wakes_its_waiters_only() {
+        let n = notifier();
+        let subs = waiting(&n, 2);
+        n.wake_channel(b"ferrolock:{other}:released");
+        assert!(!subs.iter().any(woken));
+        n.wake_channel(CH);
         assert!(subs.iter().all(woken));
     }
 

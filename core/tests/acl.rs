@@ -173,14 +173,19 @@ async fn the_topology_additions_are_enough_and_needed() {
     no_secret(&denied);
 }
 
+/// The cluster additions of docs/SECURITY.md: `CLUSTER SLOTS` (topology) and sharded pub/sub.
+const CLUSTER_EXTRA: &[&str] = &["+cluster|slots", "+ssubscribe", "+sunsubscribe", "+spublish"];
+
 // Redis Cluster: the driver learns the topology with `CLUSTER SLOTS`, so the rule set needs
-// `+cluster|slots` there (docs/SECURITY.md); without it the client cannot start.
+// `+cluster|slots` there (docs/SECURITY.md); without it the client cannot start. Releases use
+// sharded pub/sub there: without `+spublish` a release is refused, naming SPUBLISH.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_the_rule_set_needs_cluster_slots() {
     let cluster = ferrolock_testkit::RedisCluster::start(3, 0);
     for node in &cluster.nodes {
-        make_user_with(node, "clusterer", None, &["+cluster|slots"]);
-        make_user_with(node, "no-slots", Some("+cluster|slots"), &["+cluster|slots"]);
+        make_user_with(node, "clusterer", None, CLUSTER_EXTRA);
+        make_user_with(node, "no-slots", Some("+cluster|slots"), CLUSTER_EXTRA);
+        make_user_with(node, "no-spublish", Some("+spublish"), CLUSTER_EXTRA);
     }
     let seeds: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
     let via = |user: &str| format!("redis+cluster://{user}:{PASSWORD}@{}", seeds.join(","));
@@ -199,6 +204,10 @@ async fn on_a_cluster_the_rule_set_needs_cluster_slots() {
     assert!(denied.message().to_lowercase().contains("cluster"), "CLUSTER not named in: {denied}");
     assert!(started.elapsed() < Duration::from_secs(5), "no retry loop: {:?}", started.elapsed());
     no_secret(&denied);
+    let c = Client::connect(&via("no-spublish"), ClientOptions::default()).await.expect("connect");
+    let denied = cycle(&c, "c-b").await.expect_err("a cluster release without +spublish");
+    assert_eq!(denied.kind(), ErrorKind::Permission, "{denied}");
+    assert!(denied.message().contains("SPUBLISH"), "SPUBLISH not named in: {denied}");
 }
 
 // B18 (RELIABILITY.md): where scripts may not call `TIME` (an ACL without `+time`, as some

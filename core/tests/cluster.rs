@@ -1,7 +1,7 @@
 //! Redis Cluster (feature `cluster`): a local 3-master + 3-replica cluster made by the harness
 //! (`redis-server --cluster-enabled yes` × 6, `redis-cli --cluster create --cluster-replicas 1`).
-//! Locks in every slot, waiting by release messages (cluster-wide PUBLISH, see
-//! docs/GUARANTEES.md for why not sharded pub/sub), watchdog
+//! Locks in every slot, waiting by release messages (sharded pub/sub; tests/cluster_sharded.rs
+//! covers its resubscription after a slot move and a failover), watchdog
 //! renewals of locks in different slots, a slot migration under a renewing lock (ASK, then MOVED),
 //! and replica promotions under a held lock (`CLUSTER FAILOVER`, then `kill -9` of a master): the
 //! holder keeps it or sees InDoubt/Lost, never Held with the hold gone.
@@ -53,7 +53,7 @@ async fn locks_on_a_cluster_with_a_replica_promotion() {
     let holder = client.lock("waited", LockOptions::lease(Duration::from_secs(20))).unwrap();
     let g = holder.try_acquire().await.unwrap().expect("free");
     let node = cluster.master_of(&key("waited"));
-    let publish_before = calls(node, "publish");
+    let publish_before = calls(node, "spublish");
     let waiter = {
         let lock = client.lock("waited", LockOptions::lease(Duration::from_secs(5))).unwrap();
         tokio::spawn(async move {
@@ -63,7 +63,7 @@ async fn locks_on_a_cluster_with_a_replica_promotion() {
     };
     let start = Instant::now();
     while node
-        .cmd::<Vec<redis::Value>>(&["PUBSUB", "NUMSUB", &format!("{}:released", key("waited"))])
+        .cmd::<Vec<redis::Value>>(&["PUBSUB", "SHARDNUMSUB", &format!("{}:released", key("waited"))])
         .get(1)
         .is_none_or(|v| *v == redis::Value::Int(0))
     {
@@ -76,7 +76,7 @@ async fn locks_on_a_cluster_with_a_replica_promotion() {
     let (woke_at, g2) = waiter.await.unwrap();
     let g2 = g2.expect("the waiter gets the lock");
     assert!(woke_at - released_at < Duration::from_secs(2), "woken by the lease, not the release message");
-    assert!(calls(node, "publish") > publish_before, "the release did not publish");
+    assert!(calls(node, "spublish") > publish_before, "the release did not SPUBLISH");
 
     // Control: a hold deleted without a release message leaves the waiter to its lease bound,
     // so the quick wake above came from the message.
@@ -271,7 +271,7 @@ async fn a_resubscription_does_not_shift_script_replies() {
             .push(tokio::spawn(async move { lock.acquire(Some(Duration::from_secs(60))).await.map(|_| ()) }));
     }
     let start = Instant::now();
-    while node.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]).len() < 2 {
+    while node.cmd::<Vec<String>>(&["PUBSUB", "SHARDCHANNELS", "ferrolock:*"]).len() < 2 {
         assert!(start.elapsed() < Duration::from_secs(5), "the waiters never subscribed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

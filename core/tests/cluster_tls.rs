@@ -84,11 +84,13 @@ async fn rediss_cluster_is_verified_tls_to_every_node() {
     }
     assert_eq!(masters.len(), 3, "locks on every master");
     // Every master serves this client on its TLS port (TLS `CLUSTER SLOTS` names TLS ports).
-    for node in &cluster.nodes {
+    let on_tls = |node: &ferrolock_testkit::RedisServer, with: &str| {
         let list: String = node.cmd(&["CLIENT", "LIST"]);
         let tls_laddr = format!("laddr=127.0.0.1:{} ", node.tls_port().unwrap());
-        let on_tls = list.lines().filter(|l| l.contains(&tls_laddr)).count();
-        assert!(on_tls >= 2, "the client's connections on the TLS port of {}: {list}", node.port());
+        list.lines().filter(|l| l.contains(&tls_laddr) && l.contains(with)).count()
+    };
+    for node in &cluster.nodes {
+        assert!(on_tls(node, "") >= 1, "no client connection on the TLS port of {}", node.port());
     }
 
     // A waiter is woken by the release message, long before the holder's lease would end.
@@ -102,6 +104,9 @@ async fn rediss_cluster_is_verified_tls_to_every_node() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // The sharded subscription has its own connection, to the TLS port as well.
+    let node = cluster.master_of(&key("tls-waited"));
+    assert_eq!(on_tls(node, " ssub=1 "), 1, "the subscriber connection is not on the TLS port");
     let released = Instant::now();
     g.release().await.unwrap();
     let (woke, fence) = waiter.await.unwrap();

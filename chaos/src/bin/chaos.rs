@@ -98,6 +98,9 @@ struct Scenario {
     fault_free: bool,
     /// W4: long critical sections kept alive by the watchdog, random acquire cancellations.
     w4: bool,
+    /// N5 with kernel partitions: clients in network namespaces, links cut by iptables DROP
+    /// rules (`netns.rs`) instead of the link proxies.
+    kernel: bool,
 }
 
 impl Scenario {
@@ -117,6 +120,7 @@ fn scenarios() -> Vec<Scenario> {
         long_pauses,
         fault_free: matches!(fault, Fault::None),
         w4: false,
+        kernel: false,
     };
     vec![
         s("w1-none", "W1/W3/W5 single master, no faults", 1, Fault::None, false, true, false),
@@ -273,6 +277,42 @@ fn scenarios() -> Vec<Scenario> {
             true,
             false,
         ),
+        Scenario {
+            kernel: true,
+            ..s(
+                "w2-n5a-k",
+                "N5 Redlock: one of 5 masters cut from every client, 1.2-1.8 s at a time (namespaces + iptables DROP)",
+                5,
+                Fault::Partition(Cut::OneMaster),
+                false,
+                true,
+                false,
+            )
+        },
+        Scenario {
+            kernel: true,
+            ..s(
+                "w1-n5b-k",
+                "N5 the holder alone cut from the master for 2xTTL (B6; namespaces + iptables DROP)",
+                1,
+                Fault::Partition(Cut::Holder),
+                false,
+                true,
+                true,
+            )
+        },
+        Scenario {
+            kernel: true,
+            ..s(
+                "w2-n5c-k",
+                "N5 Redlock: client groups split, masters A,B,C / C,D,E (namespaces + iptables DROP)",
+                5,
+                Fault::Partition(Cut::Split),
+                false,
+                true,
+                false,
+            )
+        },
     ]
 }
 
@@ -399,9 +439,21 @@ fn suite(args: &[String]) {
     let versions = versions(&s);
     let mut runs = Vec::new();
     let started = Instant::now();
+    let mut kernel_missing: Option<Option<String>> = None;
     for (k, sc) in scenarios().into_iter().enumerate() {
         if !s.only.is_empty() && !s.only.iter().any(|o| sc.name.contains(o.as_str())) {
             continue;
+        }
+        if sc.kernel {
+            let missing = kernel_missing.get_or_insert_with(ferrolock_chaos::netns::unavailable);
+            if let Some(why) = missing {
+                eprintln!("chaos: {:<9} SKIPPED (kernel partitions): {why}", sc.name);
+                for control in [false, true] {
+                    runs.push(json!({"scenario": sc.name, "what": sc.what, "control": control,
+                                     "skipped": format!("kernel partitions unavailable: {why}")}));
+                }
+                continue;
+            }
         }
         for control in [false, true] {
             let seed = s.seed.wrapping_mul(1000).wrapping_add(k as u64 * 2 + control as u64);
@@ -520,7 +572,11 @@ struct Links {
     group: usize,
     /// Works `LONG_WORK_MS` in its critical sections (holder partition).
     long: bool,
+    /// Proxy variant: one proxy per master.
     proxies: Vec<DelayProxy>,
+    /// Kernel variant: the client's namespace, and the masters cut from it.
+    ns: Option<Arc<ferrolock_chaos::netns::ClientNs>>,
+    cut_nodes: Mutex<std::collections::BTreeSet<usize>>,
 }
 
 struct Ctx {
@@ -532,6 +588,10 @@ struct Ctx {
     urls: Vec<String>,
     /// N5: every client gets proxies of its own (`links`).
     per_link: bool,
+    /// N5, kernel variant: every client gets a network namespace of its own (`links`); the
+    /// masters' ports, as the namespaces reach them on `fabric.server_ip`.
+    fabric: Option<ferrolock_chaos::netns::Fabric>,
+    ports: Vec<u16>,
     links: Mutex<Vec<Links>>,
     /// Work time of the non-reentrant clients, if not the default 5–10 ms.
     long_work: Option<(u64, u64)>,
@@ -596,8 +656,11 @@ impl Ctx {
         } else {
             Vec::new()
         };
+        let ns = self.fabric.as_ref().map(|f| f.add_client().unwrap_or_else(|e| die(&format!("netns: {e}"))));
         let urls = if self.per_link {
             proxies.iter().map(DelayProxy::url).collect::<Vec<_>>().join(",")
+        } else if let Some(f) = &self.fabric {
+            self.ports.iter().map(|p| format!("redis://{}:{p}", f.server_ip)).collect::<Vec<_>>().join(",")
         } else {
             self.urls.join(",")
         };
@@ -629,24 +692,41 @@ impl Ctx {
                 cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
             }
         }
-        // SAFETY: prctl is async-signal-safe; the client dies if the orchestrator dies.
+        let ns_fd = ns.as_ref().map(|n| n.fd());
+        // SAFETY: prctl and setns are async-signal-safe; the client dies if the orchestrator
+        // dies; a kernel-variant client enters its network namespace (the fd of
+        // /run/netns/NAME, open in the parent) before exec.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some(fd) = ns_fd
+                    && libc::setns(fd, libc::CLONE_NEWNET) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
                 Ok(())
             });
         }
         match on_spawner(move || cmd.spawn()) {
             Ok(child) => {
-                if self.per_link {
+                if self.per_link || ns.is_some() {
                     let (pid, group) = (child.id(), n % 2);
                     self.log(
                         "links",
                         "start",
                         json!({"pid": pid, "client": id, "group": group, "long": long.is_some(),
-                               "proxies": proxies.iter().map(|p| p.addr.clone()).collect::<Vec<_>>()}),
+                               "proxies": proxies.iter().map(|p| p.addr.clone()).collect::<Vec<_>>(),
+                               "netns": ns.as_ref().map(|n| n.name.clone()), "ip": ns.as_ref().map(|n| n.ip.clone())}),
                     );
-                    let links = Links { id: id.clone(), pid, group, long: long.is_some(), proxies };
+                    let links = Links {
+                        id: id.clone(),
+                        pid,
+                        group,
+                        long: long.is_some(),
+                        proxies,
+                        ns,
+                        cut_nodes: Mutex::new(Default::default()),
+                    };
                     self.links.lock().unwrap_or_else(|p| p.into_inner()).push(links);
                 }
                 self.clients.lock().unwrap_or_else(|p| p.into_inner()).push(ClientProc {
@@ -660,18 +740,46 @@ impl Ctx {
         }
     }
 
-    /// Blackhole (`on`) or heal the links of the clients `which` selects to the masters `nodes`.
+    /// Blackhole (`on`) or heal the links of the clients `which` selects to the masters `nodes`:
+    /// the link proxies, or (kernel variant) iptables DROP rules in each client's namespace,
+    /// rewritten for all selected clients at once (one `iptables-restore` each, in parallel).
     fn cut(&self, which: impl Fn(&Links) -> bool, nodes: &[usize], on: bool) -> Vec<String> {
         let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
         let mut ids = Vec::new();
-        for l in links.iter().filter(|l| which(l)) {
-            for &i in nodes {
-                if let Some(p) = l.proxies.get(i) {
-                    p.set_blackhole(on);
+        std::thread::scope(|scope| {
+            for l in links.iter().filter(|l| which(l)) {
+                for &i in nodes {
+                    if let Some(p) = l.proxies.get(i) {
+                        p.set_blackhole(on);
+                    }
                 }
+                if let Some(ns) = &l.ns {
+                    let ports: Vec<u16> = {
+                        let mut cut = l.cut_nodes.lock().unwrap_or_else(|p| p.into_inner());
+                        for &i in nodes {
+                            if on {
+                                cut.insert(i)
+                            } else {
+                                cut.remove(&i)
+                            };
+                        }
+                        cut.iter().filter_map(|&i| self.ports.get(i).copied()).collect()
+                    };
+                    let id = &l.id;
+                    scope.spawn(move || match ns.set_cut(&ports) {
+                        Ok(None) => {}
+                        Ok(Some(dropped)) => self.log(
+                            "iptables",
+                            "set",
+                            json!({"client": id, "netns": ns.name, "cut_ports": ports,
+                                   "dropped_packets_by_previous_rules": dropped}),
+                        ),
+                        Err(e) => die(&format!("netns {}: {e}", ns.name)),
+                    });
+                }
+                ids.push(l.id.clone());
             }
-            ids.push(l.id.clone());
-        }
+        });
         ids
     }
 
@@ -721,9 +829,17 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
     let dir = s.out.join(format!("{}-{}", sc.name, if control { "control" } else { "fenced" }));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| die(&format!("{}: {e}", dir.display())));
-    let extra: &[&str] = if sc.aof { &["--appendonly", "yes", "--appendfsync", "always"] } else { &[] };
+    // Kernel variant: the masters also listen on the address the client namespaces reach.
+    let fabric = sc.kernel.then(|| {
+        ferrolock_chaos::netns::Fabric::new().unwrap_or_else(|e| die(&format!("kernel partitions: {e}")))
+    });
+    let mut extra: Vec<&str> =
+        if sc.aof { vec!["--appendonly", "yes", "--appendfsync", "always"] } else { Vec::new() };
+    if let Some(f) = &fabric {
+        extra.extend(["--bind", "127.0.0.1", f.server_ip.as_str()]);
+    }
     let servers: Vec<Arc<Mutex<RedisServer>>> =
-        (0..sc.masters).map(|_| Arc::new(Mutex::new(RedisServer::start_with(extra)))).collect();
+        (0..sc.masters).map(|_| Arc::new(Mutex::new(RedisServer::start_with(&extra)))).collect();
     let addrs: Vec<String> = servers
         .iter()
         .map(|m| format!("127.0.0.1:{}", m.lock().unwrap_or_else(|p| p.into_inner()).port()))
@@ -746,9 +862,14 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
     } else {
         proxies.iter().map(|p| p.url()).collect()
     };
-    let resource = Resource::start(&dir.join("resource.jsonl"), !control)
-        .unwrap_or_else(|e| die(&format!("resource: {e}")));
-    let per_link = matches!(sc.fault, Fault::Partition(_));
+    let resource = match &fabric {
+        Some(f) => Resource::start_on(&dir.join("resource.jsonl"), !control, &f.server_ip),
+        None => Resource::start(&dir.join("resource.jsonl"), !control),
+    }
+    .unwrap_or_else(|e| die(&format!("resource: {e}")));
+    let per_link = matches!(sc.fault, Fault::Partition(_)) && !sc.kernel;
+    let ports: Vec<u16> =
+        servers.iter().map(|m| m.lock().unwrap_or_else(|p| p.into_inner()).port()).collect();
     let long_work = (sc.fault == Fault::Partition(Cut::Holder)).then_some(LONG_WORK_MS);
     let ctx = Arc::new(Ctx {
         dir: dir.clone(),
@@ -756,6 +877,8 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
         addrs: addrs.clone(),
         urls,
         per_link,
+        fabric,
+        ports,
         links: Mutex::new(Vec::new()),
         long_work,
         ttl_ms: sc.ttl_ms(),
@@ -873,7 +996,9 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
         let _ = o.join();
     }
     ctx.resource.stop();
-    let links = if per_link {
+    let links = if sc.kernel {
+        "a network namespace per client (veth to the host), iptables DROP rules in it per master port"
+    } else if per_link {
         "a proxy per (client, master) link"
     } else if proxies.is_empty() {
         "direct"
@@ -1218,8 +1343,9 @@ fn report(suite: &Value) -> String {
         if let Some(why) = r.get("skipped") {
             let _ = writeln!(
                 o,
-                "| {} | — | skipped: {} |||||||||||||",
+                "| {} | {} | skipped: {} |||||||||||||",
                 r["scenario"].as_str().unwrap_or(""),
+                if r["control"].as_bool() == Some(true) { "control" } else { "fenced" },
                 why.as_str().unwrap_or("")
             );
             continue;

@@ -1,0 +1,375 @@
+//! Release notifications on Redis Cluster by sharded pub/sub (docs/GUARANTEES.md, Redis Cluster).
+//!
+//! The scripts `SPUBLISH` a release on the node that serves the lock's slot (the channel shares
+//! the lock's hash tag, so it has the same slot) and waiters `SSUBSCRIBE` there. The subscriptions
+//! do **not** use the cluster connection of the scripts, nor redis's cluster pub/sub: when a slot
+//! moves or its master fails over, Redis sends each sharded subscriber of that slot an
+//! unsolicited `sunsubscribe` push, and redis 1.8.1 takes a reply-like push as the reply to the
+//! oldest command pending on that connection. Here each node has a dedicated RESP3 connection
+//! that carries only `SSUBSCRIBE`/`SUNSUBSCRIBE` (one channel each, serialised per node, each
+//! reply checked to be that command's own confirmation), so a misrouted push can at worst
+//! complete one of those early, never a lock command's reply.
+//!
+//! Every push of those connections reaches [`ShardedSubs`]: `smessage` wakes waiters (notify.rs),
+//! an unsolicited `sunsubscribe` or a lost connection starts a repair of the channels concerned:
+//! find the slot's current master (`CLUSTER SLOTS` on the scripts' connection, then `MOVED`
+//! replies), `SSUBSCRIBE` there, and only then wake the channel's waiters, so that their next try
+//! runs after the new subscription is in place and no release between the loss and the repair
+//! goes unnoticed. Until the repair is done a waiter is bounded by the holder's PTTL (DESIGN §5).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, PushInfo, PushKind, RedisError, RedisResult, Value};
+
+use crate::notify::Notifier;
+use crate::options::ClientOptions;
+
+/// A dedicated subscriber connection to one node.
+#[derive(Clone)]
+struct Node {
+    id: u64,
+    conn: MultiplexedConnection,
+    /// One subscription command at a time on this connection.
+    ops: Arc<tokio::sync::Mutex<()>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Subscriber connections by `host:port`.
+    nodes: HashMap<String, Node>,
+    /// The channels waiters want, and the node each is subscribed (or being subscribed) on.
+    wanted: HashMap<Vec<u8>, String>,
+    /// Channels whose subscription is being repaired.
+    repairing: HashSet<Vec<u8>>,
+    /// `CLUSTER SLOTS`, as (first slot, last slot, master `host:port`); dropped on any change.
+    slots: Option<Vec<(u16, u16, String)>>,
+}
+
+/// Sharded release-channel subscriptions of one cluster client.
+pub(crate) struct ShardedSubs {
+    me: Weak<ShardedSubs>,
+    notifier: Weak<Notifier>,
+    /// The scripts' cluster connection, used here for `CLUSTER SLOTS` only.
+    cmd: ClusterConnection,
+    /// The first seed: credentials and TLS for every node connection.
+    template: redis::ConnectionInfo,
+    opts: Arc<ClientOptions>,
+    state: Mutex<State>,
+    next_id: AtomicU64,
+    /// Test knob: when off, a lost subscription is not repaired (waiters fall back to the PTTL).
+    repair: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn client_error(what: &'static str) -> RedisError {
+    RedisError::from((redis::ErrorKind::Client, what))
+}
+
+/// Most attempts at one subscription (each a `MOVED` hop, a stray reply or a reconnection).
+const ATTEMPTS: usize = 5;
+
+impl ShardedSubs {
+    pub fn new(
+        cmd: ClusterConnection,
+        template: redis::ConnectionInfo,
+        opts: Arc<ClientOptions>,
+        notifier: &Arc<Notifier>,
+    ) -> Arc<ShardedSubs> {
+        Arc::new_cyclic(|me| ShardedSubs {
+            me: me.clone(),
+            notifier: Arc::downgrade(notifier),
+            cmd,
+            template,
+            opts,
+            state: Mutex::new(State::default()),
+            next_id: AtomicU64::new(0),
+            repair: AtomicBool::new(true),
+        })
+    }
+
+    /// Test knob (see [`crate::Client::set_cluster_resubscription`]).
+    pub fn set_repair(&self, on: bool) {
+        self.repair.store(on, Ordering::Relaxed);
+    }
+
+    /// `SSUBSCRIBE channel` on the master of its slot.
+    pub async fn subscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        lock(&self.state).wanted.insert(channel.to_vec(), String::new());
+        match self.subscribe_on_owner(channel).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                lock(&self.state).wanted.remove(channel);
+                Err(e)
+            }
+        }
+    }
+
+    /// `SUNSUBSCRIBE channel` where it is subscribed.
+    pub async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        let node = {
+            let mut st = lock(&self.state);
+            let addr = st.wanted.remove(channel);
+            addr.and_then(|a| st.nodes.get(&a).cloned())
+        };
+        let Some(node) = node else { return Ok(()) };
+        let _op = node.ops.lock().await;
+        let r: RedisResult<Value> =
+            redis::cmd("SUNSUBSCRIBE").arg(channel).query_async(&mut node.conn.clone()).await;
+        r.map(|_| ())
+    }
+
+    /// Subscribe `channel` (which must be in `wanted`) on its slot's master, following `MOVED`,
+    /// and record where.
+    async fn subscribe_on_owner(&self, channel: &[u8]) -> RedisResult<()> {
+        let mut hint: Option<String> = None;
+        let mut last = client_error("sharded subscription: no attempt");
+        for attempt in 0..ATTEMPTS {
+            let addr = match hint.take() {
+                Some(a) => a,
+                None => self.owner_of(channel, attempt > 0).await?,
+            };
+            {
+                let mut st = lock(&self.state);
+                match st.wanted.get_mut(channel) {
+                    Some(at) => *at = addr.clone(),
+                    None => return Ok(()), // unsubscribed meanwhile
+                }
+            }
+            let node = match self.node(&addr).await {
+                Ok(n) => n,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            let _op = node.ops.lock().await;
+            let r: RedisResult<Value> =
+                redis::cmd("SSUBSCRIBE").arg(channel).query_async(&mut node.conn.clone()).await;
+            match r {
+                Ok(Value::Push { kind: PushKind::SSubscribe, data }) if matches!(data.first(), Some(Value::BulkString(c)) if c == channel) =>
+                {
+                    return Ok(());
+                }
+                // Another command's confirmation or a stray push taken as this reply: try
+                // again (SSUBSCRIBE is idempotent).
+                Ok(_) => {
+                    hint = Some(addr);
+                    last = client_error("sharded subscription: unexpected confirmation");
+                }
+                Err(e) if e.code() == Some("MOVED") => {
+                    lock(&self.state).slots = None;
+                    hint = e.redirect_node().map(|(a, _)| a.to_owned());
+                    last = e;
+                }
+                Err(e) if matches!(e.code(), Some("ASK" | "TRYAGAIN" | "CLUSTERDOWN")) => {
+                    lock(&self.state).slots = None;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    last = e;
+                }
+                Err(e) if e.code().is_some() => return Err(e), // e.g. NOPERM
+                Err(e) => {
+                    self.forget_node(&addr, node.id);
+                    last = e;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// The `host:port` of the master serving `channel`'s slot.
+    async fn owner_of(&self, channel: &[u8], refresh: bool) -> RedisResult<String> {
+        let slot = key_slot(channel);
+        if !refresh && let Some(found) = find_slot(lock(&self.state).slots.as_deref(), slot) {
+            return Ok(found);
+        }
+        let v: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut self.cmd.clone()).await?;
+        let table = parse_slots(&v);
+        let found = find_slot(Some(&table), slot);
+        lock(&self.state).slots = Some(table);
+        found.ok_or_else(|| client_error("sharded subscription: no master serves the slot"))
+    }
+
+    /// The subscriber connection to `addr`, opened if needed.
+    async fn node(&self, addr: &str) -> RedisResult<Node> {
+        if let Some(n) = lock(&self.state).nodes.get(addr) {
+            return Ok(n.clone());
+        }
+        let (host, port) = addr.rsplit_once(':').ok_or_else(|| client_error("bad node address"))?;
+        let port: u16 = port.parse().map_err(|_| client_error("bad node port"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+        let conn_addr = match self.template.addr() {
+            redis::ConnectionAddr::TcpTls { .. } => {
+                redis::ConnectionAddr::TcpTls { host, port, insecure: false, tls_params: None }
+            }
+            _ => redis::ConnectionAddr::Tcp(host, port),
+        };
+        let info = self.template.clone().set_addr(conn_addr);
+        let target = crate::client::Target::from_info(info, &self.opts.tls)
+            .map_err(|_| client_error("sharded subscription: unusable node address or TLS options"))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (me, at) = (self.me.clone(), addr.to_owned());
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.opts.connect_timeout))
+            .set_response_timeout(Some(self.opts.response_timeout))
+            .set_push_sender(move |info: PushInfo| {
+                if let Some(me) = me.upgrade() {
+                    me.on_push(&at, id, info);
+                }
+                Ok::<(), ()>(())
+            });
+        let conn = target.client.get_multiplexed_async_connection_with_config(&config).await?;
+        let node = Node { id, conn, ops: Arc::new(tokio::sync::Mutex::new(())) };
+        let mut st = lock(&self.state);
+        // Another task may have connected meanwhile: keep the first.
+        Ok(st.nodes.entry(addr.to_owned()).or_insert(node).clone())
+    }
+
+    fn forget_node(&self, addr: &str, id: u64) {
+        let mut st = lock(&self.state);
+        if st.nodes.get(addr).is_some_and(|n| n.id == id) {
+            st.nodes.remove(addr);
+        }
+    }
+
+    /// A push from the subscriber connection `id` to `addr`. Must not block.
+    fn on_push(&self, addr: &str, id: u64, info: PushInfo) {
+        match info.kind {
+            PushKind::SMessage | PushKind::Message => {
+                if let Some(n) = self.notifier.upgrade() {
+                    n.on_push(info);
+                }
+            }
+            PushKind::SUnsubscribe => {
+                // Ours (an idle channel's SUNSUBSCRIBE) is no longer in `wanted`; a channel still
+                // wanted on this node lost its subscription (slot moved, failover).
+                let Some(Value::BulkString(channel)) = info.data.first() else { return };
+                if lock(&self.state).wanted.get(channel.as_slice()).is_some_and(|a| a == addr) {
+                    self.start_repair(channel.clone(), addr);
+                }
+            }
+            PushKind::Disconnection => {
+                self.forget_node(addr, id);
+                let lost: Vec<Vec<u8>> = lock(&self.state)
+                    .wanted
+                    .iter()
+                    .filter(|(_, a)| *a == addr)
+                    .map(|(c, _)| c.clone())
+                    .collect();
+                for channel in lost {
+                    self.start_repair(channel, addr);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn start_repair(&self, channel: Vec<u8>, from: &str) {
+        if !self.repair.load(Ordering::Relaxed) {
+            return;
+        }
+        {
+            let mut st = lock(&self.state);
+            st.slots = None;
+            if !st.repairing.insert(channel.clone()) {
+                return;
+            }
+        }
+        let Some(me) = self.me.upgrade() else { return };
+        tracing::debug!("ferrolock: sharded subscription lost on {from}; resubscribing");
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(50);
+            loop {
+                if me.notifier.upgrade().is_none() || !lock(&me.state).wanted.contains_key(&channel) {
+                    break;
+                }
+                if me.subscribe_on_owner(&channel).await.is_ok() {
+                    // Subscribed again: the waiters try now, after the subscription, so a
+                    // release during the gap is seen by that try.
+                    if let Some(n) = me.notifier.upgrade() {
+                        n.wake_channel(&channel);
+                    }
+                    break;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            lock(&me.state).repairing.remove(&channel);
+        });
+    }
+}
+
+/// `CLUSTER SLOTS` as (first, last, master `host:port`).
+fn parse_slots(v: &Value) -> Vec<(u16, u16, String)> {
+    let int = |v: &Value| match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    let Value::Array(ranges) = v else { return out };
+    for r in ranges {
+        let Value::Array(items) = r else { continue };
+        let (Some(first), Some(last), Some(Value::Array(master))) =
+            (items.first().and_then(int), items.get(1).and_then(int), items.get(2))
+        else {
+            continue;
+        };
+        let (Some(host), Some(port)) = (master.first().and_then(text), master.get(1).and_then(int)) else {
+            continue;
+        };
+        if host.is_empty() || host == "?" {
+            continue;
+        }
+        let host = if host.contains(':') { format!("[{host}]") } else { host };
+        out.push((first, last, format!("{host}:{port}")));
+    }
+    out
+}
+
+fn find_slot(table: Option<&[(u16, u16, String)]>, slot: u16) -> Option<String> {
+    table?.iter().find(|(a, b, _)| (*a..=*b).contains(&slot)).map(|(_, _, m)| m.clone())
+}
+
+/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the bytes between the first `{`
+/// and the next `}`, when not empty) or of the whole key, modulo 16384.
+fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = key[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &key[open + 1..open + 1 + close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(key) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_slots_match_redis() {
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"123456789"), 12739);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar")); // an empty tag does not count
+        assert_eq!(key_slot(b"ferrolock:{a}:released"), key_slot(b"ferrolock:{a}"));
+    }
+}
