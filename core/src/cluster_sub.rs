@@ -176,7 +176,11 @@ impl ShardedSubs {
                 }
                 Err(e) if e.code().is_some() => return Err(e), // e.g. NOPERM
                 Err(e) => {
-                    self.forget_node(&addr, node.id);
+                    // The connection is replaced; the other channels it carried are repaired
+                    // (dropping it may end their subscriptions without a Disconnection push).
+                    if e.is_unrecoverable_error() || e.is_connection_dropped() {
+                        self.lost_node(&addr, node.id);
+                    }
                     last = e;
                 }
             }
@@ -255,19 +259,18 @@ impl ShardedSubs {
                     self.start_repair(channel.clone(), addr);
                 }
             }
-            PushKind::Disconnection => {
-                self.forget_node(addr, id);
-                let lost: Vec<Vec<u8>> = lock(&self.state)
-                    .wanted
-                    .iter()
-                    .filter(|(_, a)| *a == addr)
-                    .map(|(c, _)| c.clone())
-                    .collect();
-                for channel in lost {
-                    self.start_repair(channel, addr);
-                }
-            }
+            PushKind::Disconnection => self.lost_node(addr, id),
             _ => {}
+        }
+    }
+
+    /// The subscriber connection `id` to `addr` is gone: forget it and repair its channels.
+    fn lost_node(&self, addr: &str, id: u64) {
+        self.forget_node(addr, id);
+        let lost: Vec<Vec<u8>> =
+            lock(&self.state).wanted.iter().filter(|(_, a)| *a == addr).map(|(c, _)| c.clone()).collect();
+        for channel in lost {
+            self.start_repair(channel, addr);
         }
     }
 
