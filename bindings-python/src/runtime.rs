@@ -1,15 +1,12 @@
 //! The binding's tokio runtime and the two ways Python waits on it.
 //!
-//! * Sync calls spawn the core future and wait on a channel with the GIL released, waking
-//!   every 50 ms only to let the main thread see signals (Ctrl-C aborts the wait; dropping the
-//!   core future is a cancellation the core cleans up after).
+//! * Sync calls drive the runtime from the calling thread with the GIL released (see
+//!   [`ProcessRuntime`]), taking the GIL back every 50 ms only to let the main thread see
+//!   signals (Ctrl-C drops the core future: a cancellation the core cleans up after).
 //! * Async calls return an `asyncio.Future` completed from a blocking-pool thread through
 //!   `loop.call_soon_threadsafe`; cancelling it aborts the core future.
 //!
-//! The runtime has one worker thread: a sync call spawned onto it runs next to the connection's
-//! driver task, so it costs one thread hop there and one back (with two workers, tasks bounced
-//! between them: 12 context switches per acquire + release instead of 7). Nothing that can wait
-//! for the GIL runs on that worker.
+//! Nothing that can wait for the GIL runs on a thread that drives the runtime.
 //!
 //! One runtime per process: after `fork()` the child builds its own (the parent's worker
 //! threads do not exist there) and never drops the inherited one.
@@ -22,6 +19,7 @@
 use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
@@ -30,42 +28,189 @@ use pyo3::types::PyCFunction;
 
 use crate::errors;
 
-struct ProcessRuntime {
+/// Sync calls run on the caller's thread for this long at most before the GIL is taken back to
+/// look for signals (Ctrl-C).
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// How long the background thread stays off the runtime after a sync call started (see
+/// [`ProcessRuntime`]): background work (renewals, undo of cancelled acquires) waits at most
+/// about twice this while sync calls come and go.
+const IDLE: Duration = Duration::from_millis(1);
+
+/// This process's runtime and who drives it.
+///
+/// The runtime is a current-thread one. A sync call drives it from the calling thread itself
+/// (`block_on`, GIL released): the connection's driver task runs right there, so a call costs
+/// one wait per round trip, like the async core, instead of a hop to a worker thread and one
+/// back (3 context switches per call on one core). Between calls a background thread drives
+/// it (watchdog renewals, release notifications, asyncio calls), but it does not sit on the
+/// runtime while sync calls keep coming: it gets off it when a sync call starts and comes back
+/// only once no sync call has started for [`IDLE`], or at once when detached work (an asyncio
+/// call, an abandoned grant) is pending and no sync caller is driving.
+pub struct ProcessRuntime {
     pid: u32,
     rt: tokio::runtime::Runtime,
+    state: Mutex<DriveState>,
+    /// Wakes the background thread while it is off the runtime.
+    idle: Condvar,
+    /// Makes the background thread get off the runtime.
+    step_off: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct DriveState {
+    /// Sync calls inside `block_on` now.
+    callers: usize,
+    /// Sync calls started so far (the background thread watches it move).
+    calls: u64,
+    /// Spawned tasks still running that nobody drives with `block_on` (asyncio calls, ...).
+    detached: usize,
+    /// The background thread is on the runtime (and has not been asked to step off).
+    bg_driving: bool,
+    /// The background thread should come back now.
+    kicked: bool,
+}
+
+impl ProcessRuntime {
+    fn lock(&self) -> MutexGuard<'_, DriveState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drive the runtime from this thread until `fut` completes (call with the GIL released).
+    fn drive<F: Future>(&self, fut: F) -> F::Output {
+        {
+            let mut st = self.lock();
+            st.callers += 1;
+            st.calls = st.calls.wrapping_add(1);
+            if st.bg_driving {
+                st.bg_driving = false;
+                self.step_off.notify_one();
+            }
+        }
+        struct Leave<'a>(&'a ProcessRuntime);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                let mut st = self.0.lock();
+                st.callers -= 1;
+                if st.callers == 0 && st.detached > 0 {
+                    st.kicked = true;
+                    self.0.idle.notify_one();
+                }
+            }
+        }
+        let _leave = Leave(self);
+        self.rt.block_on(fut)
+    }
+
+    /// Spawn work nobody waits for with `block_on`; the background thread drives it.
+    pub fn spawn<F>(&'static self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        struct Done(&'static ProcessRuntime);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.lock().detached -= 1;
+            }
+        }
+        {
+            let mut st = self.lock();
+            st.detached += 1;
+            if st.callers == 0 && !st.bg_driving {
+                st.kicked = true;
+                self.idle.notify_one();
+            }
+        }
+        let done = Done(self);
+        self.rt.spawn(async move {
+            let _done = done;
+            fut.await
+        })
+    }
+
+    /// Have the background thread come back to the runtime now if nobody drives it (work was
+    /// handed to the runtime outside [`ProcessRuntime::spawn`]).
+    pub fn kick(&self) {
+        let mut st = self.lock();
+        if st.callers == 0 && !st.bg_driving {
+            st.kicked = true;
+            self.idle.notify_one();
+        }
+    }
+
+    /// The runtime (for `enter` and `spawn_blocking`; spawn tasks with [`ProcessRuntime::spawn`]).
+    pub fn tokio(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
+    /// The background thread: drives the runtime whenever no sync call does.
+    fn background(&'static self) {
+        let mut st = self.lock();
+        loop {
+            st.bg_driving = true;
+            drop(st);
+            self.rt.block_on(self.step_off.notified());
+            st = self.lock();
+            // A sync call asked us off (and cleared `bg_driving`). Come back once none has
+            // started for IDLE, or at once for detached work when no caller drives it.
+            let mut seen = st.calls;
+            loop {
+                st = match self.idle.wait_timeout(st, IDLE) {
+                    Ok((g, _)) => g,
+                    Err(p) => p.into_inner().0,
+                };
+                if st.callers == 0 && (st.kicked || st.detached > 0 || st.calls == seen) {
+                    st.kicked = false;
+                    break;
+                }
+                seen = st.calls;
+            }
+        }
+    }
 }
 
 static RUNTIME: AtomicPtr<ProcessRuntime> = AtomicPtr::new(std::ptr::null_mut());
 
 /// This process's runtime, built on first use (and again in a forked child).
-pub fn runtime(py: Python<'_>) -> PyResult<&'static tokio::runtime::Runtime> {
+pub fn runtime(py: Python<'_>) -> PyResult<&'static ProcessRuntime> {
     let pid = std::process::id();
     let cur = RUNTIME.load(Ordering::Acquire);
     // SAFETY: pointers stored in RUNTIME come from Box::leak and are never freed.
     if let Some(p) = unsafe { cur.as_ref() }
         && p.pid == pid
     {
-        return Ok(&p.rt);
+        return Ok(p);
     }
-    // One worker: a call spawned here runs next to the connection's driver task on the same
-    // thread, so it costs one hop there and one back (two workers bounce tasks between them).
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    let rt = tokio::runtime::Builder::new_current_thread()
         .thread_name("ferrolock-py")
         .enable_all()
         .build()
         .map_err(|e| errors::internal(py, &format!("cannot start the tokio runtime: {e}")))?;
-    let new: &'static mut ProcessRuntime = Box::leak(Box::new(ProcessRuntime { pid, rt }));
+    let new: &'static mut ProcessRuntime = Box::leak(Box::new(ProcessRuntime {
+        pid,
+        rt,
+        state: Mutex::new(DriveState::default()),
+        idle: Condvar::new(),
+        step_off: tokio::sync::Notify::new(),
+    }));
     let new_ptr: *mut ProcessRuntime = new;
     match RUNTIME.compare_exchange(cur, new_ptr, Ordering::AcqRel, Ordering::Acquire) {
         // The inherited runtime (if any) is leaked on purpose: its threads are the parent's.
-        Ok(_) => Ok(&new.rt),
+        Ok(_) => {
+            let prt: &'static ProcessRuntime = new;
+            std::thread::Builder::new()
+                .name("ferrolock-py".into())
+                .spawn(move || prt.background())
+                .map_err(|e| errors::internal(py, &format!("cannot start the runtime thread: {e}")))?;
+            Ok(prt)
+        }
         Err(other) => {
             // Another thread won the race: use its runtime; ours is leaked unused (rare, bounded).
             // SAFETY: as above.
             match unsafe { other.as_ref() } {
-                Some(p) if p.pid == pid => Ok(&p.rt),
-                _ => Ok(&new.rt),
+                Some(p) if p.pid == pid => Ok(p),
+                _ => Err(errors::internal(py, "the tokio runtime changed while starting")),
             }
         }
     }
@@ -117,20 +262,55 @@ impl<T> Drop for ProcessLocal<T> {
     }
 }
 
-/// Run `fut` on the runtime and wait for it with the GIL released.
+/// Run `fut` to completion with the GIL released: on this thread, driving the runtime (see
+/// [`ProcessRuntime`]), or, from a thread already inside a tokio runtime (an `on_lost`
+/// callback's thread, say), spawned and waited for.
 pub fn wait<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
 where
     F: Future<Output = ferrolock::Result<T>> + Send + 'static,
     T: Abandon + Send + 'static,
 {
-    let rt = runtime(py)?;
+    let prt = runtime(py)?;
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return wait_spawned(py, prt, fut);
+    }
+    let mut fut = Box::pin(fut);
+    loop {
+        let (got, back) = py.detach(move || {
+            let got = prt.drive(async { tokio::time::timeout(SIGNAL_CHECK, fut.as_mut()).await.ok() });
+            (got, fut)
+        });
+        fut = back;
+        match got {
+            Some(r) => return r.map_err(|e| errors::to_py(py, e)),
+            None => {
+                if let Err(e) = py.check_signals() {
+                    // Dropping the core future cancels it (the core undoes a half-done acquire,
+                    // on the runtime: let the background thread drive that at once).
+                    let entered = prt.tokio().enter();
+                    drop(fut);
+                    drop(entered);
+                    prt.kick();
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// [`wait`] for a thread that cannot drive the runtime: spawn `fut` and wait on a channel.
+fn wait_spawned<T, F>(py: Python<'_>, prt: &'static ProcessRuntime, fut: F) -> PyResult<T>
+where
+    F: Future<Output = ferrolock::Result<T>> + Send + 'static,
+    T: Abandon + Send + 'static,
+{
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let task = rt.spawn(async move {
+    let task = prt.spawn(async move {
         let _ = tx.send(fut.await);
     });
     let mut rx = rx;
     loop {
-        let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
+        let (got, back) = py.detach(move || (rx.recv_timeout(SIGNAL_CHECK), rx));
         rx = back;
         match got {
             Ok(r) => return r.map_err(|e| errors::to_py(py, e)),
@@ -141,7 +321,7 @@ where
                     task.abort();
                     let (late, _) = py.detach(move || (rx.recv_timeout(Duration::from_secs(2)), rx));
                     if let Ok(Ok(value)) = late {
-                        value.abandon(rt);
+                        value.abandon(prt);
                     }
                     return Err(e);
                 }
@@ -156,7 +336,7 @@ where
 /// What to do with a result nobody will receive (the caller was interrupted as it arrived).
 pub trait Abandon: Sized {
     /// Undo whatever the result holds; by default nothing.
-    fn abandon(self, _rt: &tokio::runtime::Runtime) {}
+    fn abandon(self, _rt: &'static ProcessRuntime) {}
 }
 
 impl Abandon for () {}
@@ -164,7 +344,7 @@ impl Abandon for ferrolock::Client {}
 impl Abandon for Option<ferrolock::LockInfo> {}
 
 impl Abandon for ferrolock::Guard {
-    fn abandon(self, rt: &tokio::runtime::Runtime) {
+    fn abandon(self, rt: &'static ProcessRuntime) {
         rt.spawn(async move {
             let _ = self.release().await;
         });
@@ -172,7 +352,7 @@ impl Abandon for ferrolock::Guard {
 }
 
 impl Abandon for Option<ferrolock::Guard> {
-    fn abandon(self, rt: &tokio::runtime::Runtime) {
+    fn abandon(self, rt: &'static ProcessRuntime) {
         if let Some(g) = self {
             g.abandon(rt);
         }
