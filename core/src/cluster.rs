@@ -233,3 +233,19 @@ pub(crate) fn req_commands<'a>(
         Ok(out.into_iter().map(|v| v.unwrap_or(Value::Nil)).collect())
     })
 }
+
+/// `pipeline` as one unit (one write, its replies read together) on the connection to the
+/// master of `key`'s slot. Unlike [`req_commands`], nothing is split: replica acknowledgement
+/// (replicas.rs) needs its `WAIT` on the connection that carried the grant. A `MOVED`/`ASK`
+/// reply to any command makes the driver resend the whole pipeline to the node named, as one
+/// unit again; when that node's connection is down, the driver may send it to another node, where
+/// the script is answered with `MOVED` (so nothing is granted there and its `WAIT` counts nothing).
+pub(crate) async fn req_pipeline_on_slot_master(
+    conn: &mut ClusterConnection,
+    pipeline: &Pipeline,
+    key: &[u8],
+) -> RedisResult<Vec<Value>> {
+    use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+    let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+    conn.route_pipeline(pipeline.clone(), 0, pipeline.len(), route).await
+}

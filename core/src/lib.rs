@@ -64,5 +64,9 @@ pub use lock::{Guard, Lock};
 pub use options::{ClientOptions, LockOptions, MAX_DURATION, ReplicaAcks, TlsOptions};
 pub use token::new_token;
 
+/// Tests only (a control that leaves refused grants behind); never call it in an application.
+#[doc(hidden)]
+pub use replicas::keep_refused_grants_for_tests;
+
 /// The wire-format version implemented (docs/PROTOCOL.md).
 pub const PROTOCOL_VERSION: u32 = 1;

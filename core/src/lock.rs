@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::Value;
 use tokio::sync::{OwnedMutexGuard, watch};
 
 use crate::client::{Backend, Client, as_array, int_at, parse_num};
@@ -217,17 +216,10 @@ impl Lock {
         // script may have done with this token.
         let mut pending = Pending { lock: Some((self.clone(), op)), prior };
         let t_send = Instant::now();
-        let reply: redis::RedisResult<Value> = scripts::ACQUIRE
-            .key(&inner.keys.hold)
-            .key(&inner.keys.fence)
-            .arg(&*inner.token)
-            .arg(timing::millis(inner.ttl))
-            .arg(timing::millis(c.opts.fence_retention))
-            .arg(c.opts.max_reentrancy)
-            .invoke_async(&mut conn.clone())
-            .await;
-        let reply = match reply {
-            Ok(v) => v,
+        // With replica_acks, the script and its WAIT go out as one pipeline (replicas.rs).
+        let acquired = crate::replicas::acquire(inner, conn).await;
+        let acquired = match acquired {
+            Ok(a) => a,
             Err(e) => {
                 let err = inner.client.error(&e);
                 if err.kind().is_transient() {
@@ -238,12 +230,16 @@ impl Lock {
                 return Err(err);
             }
         };
-        if let Err(e) = crate::replicas::confirm_grant(&inner.client, conn, &reply).await {
-            pending.settle().await; // too few replicas acknowledged: undo the grant
+        if let Err(e) = crate::replicas::confirm_grant(&inner.client, &acquired) {
+            if crate::replicas::undo_refused_grants() {
+                pending.settle().await; // too few replicas acknowledged: undo the grant
+            } else {
+                pending.disarm(); // a test's control only (replicas::keep_refused_grants_for_tests)
+            }
             return Err(e);
         }
         let _op = pending.disarm();
-        let items = as_array(&reply)?;
+        let items = as_array(&acquired.reply)?;
         match int_at(items, 0)? {
             0 => Ok(Attempt::Held { pttl: int_at(items, 1)? }),
             2 => Err(Error::new(

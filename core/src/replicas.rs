@@ -1,34 +1,124 @@
 //! Replica acknowledgement of grants ([`crate::ClientOptions::replica_acks`]).
 //!
-//! After the acquire script grants, `WAIT replicas timeout` runs on the same connection: `WAIT`
-//! counts the replicas that acknowledged this connection's latest write, so it must follow the
-//! grant on the connection that sent it. The caller undoes a grant this refuses (the same
-//! compare-and-delete as for an acquire of unknown outcome). See docs/GUARANTEES.md.
+//! `WAIT replicas timeout` counts the replicas that acknowledged *its own connection's* latest
+//! write, so it must run on the connection that carried the grant. Sending it as a separate
+//! command afterwards cannot promise that: a reconnection (the connection manager's, a Sentinel
+//! switch to a new master, a cluster node's connection rebuilt or a slot's request routed to
+//! another node) between the script and the `WAIT` sends the `WAIT` on a fresh connection whose
+//! latest write is nothing, and it reports every replica as caught up — a false success for a
+//! grant that no replica has. So with `replica_acks` the acquire script and its `WAIT` go out as
+//! one pipeline: one write on one connection, whose two replies come back together or not at all.
+//! On a cluster the pipeline is routed to the master of the lock's slot; a `MOVED`/`ASK` reply to
+//! the script makes the driver resend the whole pipeline, again as one unit, to the node named.
+//!
+//! The caller undoes a grant this refuses (the same compare-and-delete as for an acquire of
+//! unknown outcome). Renewals and releases are not acknowledged (docs/GUARANTEES.md).
 
-use redis::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use redis::aio::ConnectionLike;
+use redis::{RedisResult, Value};
 
-use crate::client::Client;
+use crate::client::{Client, Conn};
 use crate::error::{Error, ErrorKind, Result};
-use crate::timing;
+use crate::lock::LockInner;
+use crate::{scripts, timing};
 
-/// `Ok` unless `reply` (the acquire script's) is a grant and fewer replicas than asked
-/// acknowledged it: [`ErrorKind::NotReplicated`], or the `WAIT`'s own connection error.
-pub(crate) async fn confirm_grant<C>(client: &Client, conn: &C, reply: &Value) -> Result<()>
-where
-    C: ConnectionLike + Clone + Send,
-{
+const ACQUIRE_SOURCE: &str = include_str!("../scripts/acquire.lua");
+
+/// The acquire script's reply and, with `replica_acks`, the reply of the `WAIT` that followed it
+/// on the same connection.
+pub(crate) struct Acquired {
+    pub reply: Value,
+    waited: Option<Value>,
+}
+
+/// Run the acquire script for `lock` on `conn`; with `replica_acks`, in one pipeline with its
+/// `WAIT`. Errors are those of the script (the `WAIT`'s own are checked by [`confirm_grant`]).
+pub(crate) async fn acquire(lock: &LockInner, conn: &Conn) -> RedisResult<Acquired> {
+    let opts = &lock.client.inner.opts;
+    let Some(acks) = opts.replica_acks else {
+        let reply = scripts::ACQUIRE
+            .key(&lock.keys.hold)
+            .key(&lock.keys.fence)
+            .arg(&*lock.token)
+            .arg(timing::millis(lock.ttl))
+            .arg(timing::millis(opts.fence_retention))
+            .arg(opts.max_reentrancy)
+            .invoke_async(&mut conn.clone())
+            .await?;
+        return Ok(Acquired { reply, waited: None });
+    };
+    // Pipelines get no automatic SCRIPT LOAD: on NOSCRIPT, send the script itself (EVAL also
+    // caches it on that node for the next EVALSHA).
+    for verb in ["EVALSHA", "EVAL"] {
+        let mut script = redis::cmd(verb);
+        script.arg(if verb == "EVAL" { ACQUIRE_SOURCE } else { scripts::ACQUIRE.get_hash() });
+        script
+            .arg(2)
+            .arg(&lock.keys.hold)
+            .arg(&lock.keys.fence)
+            .arg(&*lock.token)
+            .arg(timing::millis(lock.ttl))
+            .arg(timing::millis(opts.fence_retention))
+            .arg(opts.max_reentrancy);
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(acks.replicas).arg(timing::millis(acks.timeout).max(1));
+        let mut pipe = redis::pipe();
+        pipe.add_command(script).add_command(wait);
+        let mut replies = on_one_connection(conn, &pipe, &lock.keys.hold).await?.into_iter();
+        let (Some(reply), Some(waited), None) = (replies.next(), replies.next(), replies.next()) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "the acquire pipeline did not get two replies",
+            )));
+        };
+        match reply {
+            Value::ServerError(e) => {
+                let e = redis::RedisError::from(e);
+                if verb == "EVALSHA" && scripts::is_noscript(&e) {
+                    continue; // the script did not run, so the WAIT has nothing to confirm
+                }
+                return Err(e);
+            }
+            reply => return Ok(Acquired { reply, waited: Some(waited) }),
+        }
+    }
+    Err(redis::RedisError::from((redis::ErrorKind::Client, "NOSCRIPT after EVAL")))
+}
+
+/// `pipe` written as one unit on one connection: the single server's (or the current master's,
+/// through Sentinel), or on a cluster the connection to the master of `key`'s slot. Never split
+/// (the cluster connection's own pipeline helper, `crate::cluster::req_commands`, spreads a
+/// pipeline's commands over their slots' nodes, which would send a key-less `WAIT` anywhere).
+async fn on_one_connection(conn: &Conn, pipe: &redis::Pipeline, key: &[u8]) -> RedisResult<Vec<Value>> {
+    match conn {
+        #[cfg(feature = "cluster")]
+        Conn::Cluster(c) => crate::cluster::req_pipeline_on_slot_master(&mut c.cmd.clone(), pipe, key).await,
+        _ => {
+            let _ = key;
+            conn.clone().req_packed_commands(pipe, 0, pipe.len()).await
+        }
+    }
+}
+
+/// `Ok` unless the acquire granted and fewer replicas than asked acknowledged it:
+/// [`ErrorKind::NotReplicated`], or the `WAIT`'s own error.
+pub(crate) fn confirm_grant(client: &Client, acquired: &Acquired) -> Result<()> {
     let Some(acks) = client.inner.opts.replica_acks else { return Ok(()) };
-    let granted = matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(1))));
+    let granted =
+        matches!(&acquired.reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(1))));
     if !granted {
         return Ok(());
     }
-    let n: i64 = redis::cmd("WAIT")
-        .arg(acks.replicas)
-        .arg(timing::millis(acks.timeout).max(1))
-        .query_async(&mut conn.clone())
-        .await
-        .map_err(|e| client.error(&e))?;
+    let n = match &acquired.waited {
+        Some(Value::Int(n)) => *n,
+        Some(Value::ServerError(e)) => return Err(client.error(&redis::RedisError::from(e.clone()))),
+        Some(other) => {
+            return Err(Error::new(ErrorKind::Protocol, format!("unexpected reply to WAIT: {other:?}")));
+        }
+        None => return Err(Error::new(ErrorKind::Internal, "replica_acks set but no WAIT was sent")),
+    };
     if n < i64::from(acks.replicas) {
         return Err(Error::new(
             ErrorKind::NotReplicated,
@@ -39,4 +129,21 @@ where
         ));
     }
     Ok(())
+}
+
+static KEEP_REFUSED_GRANTS: AtomicBool = AtomicBool::new(false);
+
+/// Whether a grant [`confirm_grant`] refused is undone (always, unless a test's control turned
+/// that off with [`keep_refused_grants_for_tests`]).
+pub(crate) fn undo_refused_grants() -> bool {
+    !KEEP_REFUSED_GRANTS.load(Ordering::SeqCst)
+}
+
+/// **Tests only; makes the library unsafe.** While `keep` is true, a grant refused for missing
+/// replica acknowledgements is still reported as `NotReplicated` but is *not* undone, in every
+/// client of the process. It exists so a test can show that its "the lock is not left held"
+/// check catches a grant left behind (core/tests/cluster_replica_ack.rs).
+#[doc(hidden)]
+pub fn keep_refused_grants_for_tests(keep: bool) {
+    KEEP_REFUSED_GRANTS.store(keep, Ordering::SeqCst);
 }
