@@ -3,8 +3,9 @@
 //! per-node connections that carry no lock command. A slot migration or a replica promotion ends
 //! those subscriptions (Redis sends an unsolicited `sunsubscribe`); the client resubscribes on the
 //! new owner, so a waiter that subscribed before is still woken by the release — within a couple
-//! of seconds, where the holder's 30 s lease is the only other bound. Control: a second client
-//! with resubscription turned off (a test-only knob) is not woken, although the lock is free.
+//! of seconds, where the holder's 30 s lease is the only other bound; likewise after its
+//! subscriber connection is killed. Control: a second client with resubscription turned off (a
+//! test-only knob) is not woken, although the lock is free.
 #![cfg(feature = "cluster")]
 
 mod common;
@@ -177,6 +178,36 @@ async fn sharded_waiters_survive_a_slot_migration_and_a_failover() {
     guard.release().await.unwrap();
     check_wakes(on, off, released_at, "after the replica promotion").await;
     assert_eq!(replica.cmd::<i64>(&["EXISTS", &key(name)]), 0, "released on the new master");
+
+    // (4) Lost subscriber connections (killed on the server): the client reconnects to the node
+    // and subscribes again; the control does not.
+    let name = "cut";
+    let guard = client.lock(name, LockOptions::lease(Duration::from_secs(30))).unwrap().try_acquire().await;
+    let guard = guard.unwrap().expect("free");
+    let (on, off) = (waiter(&client, name), waiter(&control, name));
+    let node = cluster.master_of(&key(name));
+    wait_for_subscribers(node, name, 2, "both waiters subscribe").await;
+    let list: String = node.cmd(&["CLIENT", "LIST"]);
+    let subscribers_ids: Vec<&str> = list
+        .lines()
+        .filter(|l| l.contains(" ssub=") && !l.contains(" ssub=0 "))
+        .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("id=")))
+        .collect();
+    assert_eq!(subscribers_ids.len(), 2, "{list}");
+    for id in subscribers_ids {
+        let _: redis::Value = node.cmd(&["CLIENT", "KILL", "ID", id]);
+    }
+    let start = Instant::now();
+    while subscribers(node, name).0 == 2 {
+        assert!(start.elapsed() < Duration::from_secs(5), "the subscriber connections were not killed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    wait_for_subscribers(node, name, 1, "no resubscription after the connection was lost").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(subscribers(node, name), (1, 0), "only the resubscribing client, sharded");
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    check_wakes(on, off, released_at, "after a lost subscriber connection").await;
 
     // The clients still lock normally on both moved slots.
     for name in ["moving", "promoted"] {
