@@ -250,13 +250,8 @@ impl Client {
         opts: ClientOptions,
         notifier: &Arc<Notifier>,
     ) -> Result<(Conn, Vec<String>, String, Arc<ClientOptions>)> {
-        if opts.replica_acks.is_some() {
-            return Err(Error::new(
-                ErrorKind::InvalidConfig,
-                "replica_acks is not supported on Redis Cluster yet (WAIT must follow the grant on the \
-                 same node's connection)",
-            ));
-        }
+        // replica_acks works here too: each acquire and its WAIT go to the slot's master as one
+        // pipeline (replicas.rs).
         let cfg = crate::cluster::ClusterConfig::parse(url, &opts)?;
         let conn = cfg.connect(&opts, notifier).await?;
         Ok((Conn::Cluster(conn), cfg.secrets, cfg.description, Arc::new(opts)))

@@ -231,10 +231,12 @@ async fn cluster_urls_and_options_are_checked() {
         let e = Client::connect(url, opts()).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{url}: {e}");
     }
+    // replica_acks is accepted on a cluster (tests/cluster_replica_ack.rs) and validated before
+    // any I/O like everywhere else.
     let mut o = opts();
-    o.replica_acks = Some(ReplicaAcks::new(1, Duration::from_millis(100)));
+    o.replica_acks = Some(ReplicaAcks::new(1, o.response_timeout));
     let e = Client::connect("redis+cluster://127.0.0.1:1", o).await.unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert_eq!(e.kind(), ErrorKind::InvalidDuration, "{e}");
     let mut o = opts();
     o.connect_timeout = Duration::from_millis(200);
     let e = Client::connect("redis+cluster://:s3cret-pw@127.0.0.1:1", o).await.unwrap_err();
