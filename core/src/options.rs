@@ -49,9 +49,10 @@ pub struct ClientOptions {
     /// the system's trust store and its name against the URL's host; there is no way to turn
     /// verification off (give the server's CA in [`TlsOptions::root_certs_pem`] instead).
     pub tls: TlsOptions,
-    /// Replica acknowledgement of every grant (single server or Sentinel; not Redlock): after the
-    /// acquire script grants, `WAIT replicas timeout` runs on the same connection, and a grant
-    /// that fewer replicas acknowledged is undone (compare-and-delete) and reported as
+    /// Replica acknowledgement of every grant (single server, Sentinel or Cluster; not Redlock):
+    /// the acquire script and `WAIT replicas timeout` are sent as one pipeline on one connection
+    /// (on a cluster, to the master of the lock's slot), and a grant that fewer replicas
+    /// acknowledged is undone (compare-and-delete) and reported as
     /// [`ErrorKind::NotReplicated`]. `None` (default): no `WAIT`. See docs/GUARANTEES.md for what
     /// it does and does not guarantee.
     pub replica_acks: Option<ReplicaAcks>,
