@@ -1,7 +1,8 @@
 //! Replica acknowledgement (`ClientOptions::replica_acks`): a real master with a real replica
 //! (`--replicaof`). A grant is returned only after the replica acknowledged it; with the replica
 //! stopped (SIGSTOP) the grant is undone and `NotReplicated` returned, leaving no hold behind.
-//! The control: the same stopped replica without the option lets the grant through.
+//! The control: the same stopped replica without the option lets the grant through. A connection
+//! lost while the WAIT is pending fails the call and leaves no hold.
 
 mod common;
 
@@ -112,4 +113,35 @@ async fn replica_acks_are_validated() {
     }
     let e = Client::connect_redlock([master.url()], acks_opts(1, 100)).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+}
+
+/// The acquire and its WAIT are one pipeline on one connection (core/src/replicas.rs): a
+/// connection lost while the WAIT is pending fails the call (it is never answered by a WAIT on the
+/// rebuilt connection), and the grant it may have made is undone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_lost_during_the_wait_never_reports_a_grant() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master, &[]);
+    let acked = Client::connect(&master.url(), acks_opts(1, 600)).await.unwrap();
+    replica.pause();
+    let lock = acked.lock("killed", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let killer = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _: i64 = master.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+    };
+    let (r, ()) = tokio::join!(lock.try_acquire(), killer);
+    let e = r.err().unwrap_or_else(|| panic!("granted without the stopped replica"));
+    assert!(e.kind().is_transient(), "{e}");
+    let start = Instant::now();
+    while hold_exists(&master, "killed") {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "a grant refused after a lost connection left a hold"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    replica.resume();
+    let g = lock.acquire(Some(Duration::from_secs(5))).await.unwrap();
+    assert!(hold_exists(&master, "killed"));
+    g.release().await.unwrap();
 }
