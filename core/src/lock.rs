@@ -255,12 +255,16 @@ impl Lock {
                     let _ = self.send_release_level(prior).await;
                     return Ok(Attempt::Expired);
                 }
-                if count > 1 && prior.fence != Some(fence) {
-                    // Re-entry into a hold of this token that no live guard counts (left by an
-                    // undo that never reached the server): its extra levels belong to nobody.
-                    // Bring it down to this one grant, or no release would ever free it.
-                    let _ = self.send_release_level(Level { count: 1, fence: Some(fence) }).await;
-                    count = 1;
+                // The levels this handle holds now: its live ones plus this grant.
+                let expected = if prior.fence == Some(fence) { prior.count + 1 } else { 1 };
+                if count > expected {
+                    // More levels than that: a re-entry into a hold of this token that no live
+                    // guard counts (left by an undo that never reached the server), or the script
+                    // ran twice (the cluster driver resends a request whose connection was lost).
+                    // The extra levels belong to nobody: bring the hold down to what this handle
+                    // holds, or no release would ever free it.
+                    let _ = self.send_release_level(Level { count: expected, fence: Some(fence) }).await;
+                    count = expected;
                 }
                 Ok(Attempt::Granted(self.granted(fence, count, deadline)))
             }

@@ -4,8 +4,8 @@
 //! replica has it; too few acknowledgements (more asked than exist, the replica stopped) give
 //! `NotReplicated` and leave the lock free for another client at once; a stale slot map (MOVED)
 //! sends the pair to the new master; a connection killed while the `WAIT` is pending never ends in
-//! a success. Control: with the undo switched off (test-only knob) the "lock left free" check
-//! fails.
+//! a success; a re-entry the driver resends after a lost connection counts one level. Control:
+//! with the undo switched off (test-only knob) the "lock left free" check fails.
 #![cfg(feature = "cluster")]
 
 mod common;
@@ -233,4 +233,40 @@ async fn a_moved_slot_takes_the_grant_and_its_wait_to_the_new_master() {
     assert!(calls(target, "wait") > waits, "the WAIT did not follow the grant to the new master");
     assert_eq!(replica_field(cluster.replica_of(target), name, "fence"), Some(g.fence().to_string()));
     g.release().await.unwrap();
+}
+
+/// The cluster driver resends a pipeline whose connection was lost, so the acquire script can run
+/// twice. A re-entry resent that way must still count one level, or releasing every guard would
+/// leave a level held. (Run against the code before the fix, this failed: `count()` was 3.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_reentry_is_counted_once() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start(3, 1);
+    let acked = Client::connect(&cluster.url(2), acks_opts(1, 900)).await.unwrap();
+    let name = "resent";
+    let master = cluster.master_of(&key(name));
+    let replica = cluster.replica_of(master);
+    let lock = acked.lock(name, LockOptions::lease(Duration::from_secs(20))).unwrap();
+    let g1 = lock.try_acquire().await.unwrap().expect("free");
+    let evals = calls(master, "evalsha") + calls(master, "eval");
+
+    // The re-entry's WAIT is pending (replica stopped) when its connection is killed; the
+    // replica comes back at once, so the resent script and WAIT succeed.
+    replica.pause();
+    let killer = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _: i64 = master.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
+        replica.resume();
+    };
+    let (r, ()) = tokio::join!(lock.try_acquire(), killer);
+    let g2 = r.unwrap().expect("the re-entry is granted once the replica is back");
+    assert!(
+        calls(master, "evalsha") + calls(master, "eval") >= evals + 2,
+        "the acquire was not resent: this test did not exercise the resend"
+    );
+    assert_eq!(g2.count(), 2);
+    assert_eq!(master.cmd::<Option<String>>(&["HGET", &key(name), "count"]).as_deref(), Some("2"));
+    g2.release().await.unwrap();
+    g1.release().await.unwrap();
+    assert!(!exists(master, name), "a resent re-entry left a level held");
 }
