@@ -1,13 +1,16 @@
 //! Replica acknowledgement of grants ([`crate::ClientOptions::replica_acks`]).
 //!
-//! `WAIT replicas timeout` counts the replicas that acknowledged *its own connection's* latest
-//! write, so it must run on the connection that carried the grant. Sending it as a separate
-//! command afterwards cannot promise that: a reconnection (the connection manager's, a Sentinel
-//! switch to a new master, a cluster node's connection rebuilt or a slot's request routed to
-//! another node) between the script and the `WAIT` sends the `WAIT` on a fresh connection whose
-//! latest write is nothing, and it reports every replica as caught up — a false success for a
-//! grant that no replica has. So with `replica_acks` the acquire script and its `WAIT` go out as
-//! one pipeline: one write on one connection, whose two replies come back together or not at all.
+//! `WAIT replicas timeout` counts the replicas that acknowledged *its own connection's* write
+//! offset, so it must run on the connection that carried the grant. Sending it as a separate
+//! command afterwards cannot promise that: after a reconnection between the script and the `WAIT`
+//! (the connection manager's, a Sentinel switch to a new master, a cluster node's connection
+//! rebuilt) the `WAIT` runs on another connection, or another server, whose count says nothing
+//! about the grant. Servers that move a connection's offset only on its own writes answer such a
+//! `WAIT` at once with every replica: a false success. (Redis 7.0 moves it after every command,
+//! which happens to be conservative; on a cluster, a `WAIT` sent alone to a slot's master after
+//! its connection was killed was observed to reach the slot's replica instead.) So with
+//! `replica_acks` the acquire script and its `WAIT` go out as one pipeline: one write on one
+//! connection, whose two replies come back together or not at all.
 //! On a cluster the pipeline is routed to the master of the lock's slot; a `MOVED`/`ASK` reply to
 //! the script makes the driver resend the whole pipeline, again as one unit, to the node named.
 //!
