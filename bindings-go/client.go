@@ -28,8 +28,9 @@ type ClientOptions struct {
 	TLSCertFile string // PEM client certificate for mutual TLS (with TLSKeyFile)
 	TLSKeyFile  string // PEM private key of the client certificate
 
-	// Replica acknowledgement (single server or Sentinel; docs/GUARANTEES.md): replicas that
-	// must acknowledge each grant (WAIT), else it is undone and ErrNotReplicated returned; 0: off.
+	// Replica acknowledgement (single server, Sentinel or Cluster; docs/GUARANTEES.md): replicas
+	// that must acknowledge each grant (WAIT), else it is undone and ErrNotReplicated returned;
+	// 0: off.
 	ReplicaAcks        uint32
 	ReplicaAcksTimeout time.Duration // longest wait for them (1 ms to 1 s, below ResponseTimeout); 0: 100 ms
 

@@ -258,9 +258,9 @@ typedef struct {
    */
   size_t tls_key_file_len;
   /**
-   * Replica acknowledgement (single server or Sentinel): replicas that must acknowledge each
-   * grant (`WAIT`), else it is undone and ::FERROLOCK_RESULT_NOT_REPLICATED returned; 0: off.
-   * See docs/GUARANTEES.md.
+   * Replica acknowledgement (single server, Sentinel or Cluster): replicas that must
+   * acknowledge each grant (`WAIT`), else it is undone and ::FERROLOCK_RESULT_NOT_REPLICATED
+   * returned; 0: off. See docs/GUARANTEES.md.
    */
   uint32_t replica_acks;
   /**

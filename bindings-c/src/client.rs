@@ -57,9 +57,9 @@ pub struct ferrolock_client_options {
     pub tls_key_file: *const c_char,
     /// Length of `tls_key_file` in bytes.
     pub tls_key_file_len: usize,
-    /// Replica acknowledgement (single server or Sentinel): replicas that must acknowledge each
-    /// grant (`WAIT`), else it is undone and ::FERROLOCK_RESULT_NOT_REPLICATED returned; 0: off.
-    /// See docs/GUARANTEES.md.
+    /// Replica acknowledgement (single server, Sentinel or Cluster): replicas that must
+    /// acknowledge each grant (`WAIT`), else it is undone and ::FERROLOCK_RESULT_NOT_REPLICATED
+    /// returned; 0: off. See docs/GUARANTEES.md.
     pub replica_acks: u32,
     /// With `replica_acks`: longest wait for the acknowledgements in ms (1 to 1000, below the
     /// response timeout); 0: 100.
