@@ -3,10 +3,12 @@
 use std::sync::Mutex;
 
 use ferrolock::{Error, ErrorKind};
-use napi::bindgen_prelude::{Buffer, Either, Utf16String};
+use napi::Env;
+use napi::bindgen_prelude::{Buffer, Either, PromiseRaw, Utf16String};
 use napi_derive::napi;
 
 use crate::convert::{self, ClientOptions, LockOptions};
+use crate::driver;
 use crate::lock::Lock;
 use crate::reply::Reply;
 
@@ -54,12 +56,18 @@ impl Redlock {
     /// credentials). Rejects with `QUORUM_NOT_REACHED` if fewer than a quorum can be reached now;
     /// `INVALID_CONFIG` for an even N without `redlockQuorum`, or a master listed twice.
     #[napi(writable = true, configurable = true, ts_return_type = "Promise<Client>")]
-    pub async fn connect(urls: Vec<String>, options: Option<ClientOptions>) -> Reply<Client> {
-        let opts = match options.unwrap_or_default().to_core() {
-            Ok(o) => o,
-            Err(e) => return Reply::err(e),
-        };
-        Reply(ferrolock::Client::connect_redlock(&urls, opts).await.map(Client::wrap))
+    pub fn connect<'env>(
+        env: &'env Env,
+        urls: Vec<String>,
+        options: Option<ClientOptions>,
+    ) -> napi::Result<PromiseRaw<'env, Reply<Client>>> {
+        let opts = options.unwrap_or_default().to_core();
+        driver::promise(env, async move {
+            match opts {
+                Ok(o) => Reply(ferrolock::Client::connect_redlock(&urls, o).await.map(Client::wrap)),
+                Err(e) => Reply::err(e),
+            }
+        })
     }
 }
 
@@ -92,12 +100,18 @@ impl Client {
     /// seed nodes). Rejects with `INVALID_URL`, `CONNECTION`, `AUTH`, `TIMEOUT`…
     /// The URL (and its password) never appears in an error.
     #[napi(writable = true, configurable = true, ts_return_type = "Promise<Client>")]
-    pub async fn connect(url: String, options: Option<ClientOptions>) -> Reply<Client> {
-        let opts = match options.unwrap_or_default().to_core() {
-            Ok(o) => o,
-            Err(e) => return Reply::err(e),
-        };
-        Reply(ferrolock::Client::connect(&url, opts).await.map(Client::wrap))
+    pub fn connect<'env>(
+        env: &'env Env,
+        url: String,
+        options: Option<ClientOptions>,
+    ) -> napi::Result<PromiseRaw<'env, Reply<Client>>> {
+        let opts = options.unwrap_or_default().to_core();
+        driver::promise(env, async move {
+            match opts {
+                Ok(o) => Reply(ferrolock::Client::connect(&url, o).await.map(Client::wrap)),
+                Err(e) => Reply::err(e),
+            }
+        })
     }
 
     /// Whether this client locks by quorum over several masters (`Redlock.connect`).
@@ -119,23 +133,37 @@ impl Client {
 
     /// Who holds `name`, if anyone.
     #[napi(ts_return_type = "Promise<LockInfo | null>")]
-    pub async fn inspect(&self, name: Either<Utf16String, Buffer>) -> Reply<Option<LockInfo>> {
-        let r = async {
-            let name = convert::name(name)?;
-            Ok(self.get()?.inspect(name).await?.map(LockInfo::from))
-        };
-        Reply(r.await)
+    pub fn inspect<'env>(
+        &self,
+        env: &'env Env,
+        name: Either<Utf16String, Buffer>,
+    ) -> napi::Result<PromiseRaw<'env, Reply<Option<LockInfo>>>> {
+        let args = convert::name(name).and_then(|n| Ok((self.get()?, n)));
+        driver::promise(env, async move {
+            let r = async {
+                let (client, name) = args?;
+                Ok(client.inspect(name).await?.map(LockInfo::from))
+            };
+            Reply(r.await)
+        })
     }
 
     /// Administrative release: delete whatever hold `name` has and wake its waiters. The former
     /// holder finds out at its next renewal (its `signal` aborts).
     #[napi(ts_return_type = "Promise<LockInfo | null>")]
-    pub async fn force_unlock(&self, name: Either<Utf16String, Buffer>) -> Reply<Option<LockInfo>> {
-        let r = async {
-            let name = convert::name(name)?;
-            Ok(self.get()?.force_unlock(name).await?.map(LockInfo::from))
-        };
-        Reply(r.await)
+    pub fn force_unlock<'env>(
+        &self,
+        env: &'env Env,
+        name: Either<Utf16String, Buffer>,
+    ) -> napi::Result<PromiseRaw<'env, Reply<Option<LockInfo>>>> {
+        let args = convert::name(name).and_then(|n| Ok((self.get()?, n)));
+        driver::promise(env, async move {
+            let r = async {
+                let (client, name) = args?;
+                Ok(client.force_unlock(name).await?.map(LockInfo::from))
+            };
+            Reply(r.await)
+        })
     }
 
     /// Drop this handle's connection reference; later calls fail with `CLOSED`. Locks already

@@ -2,13 +2,14 @@
 
 use std::sync::Arc;
 
-use napi::bindgen_prelude::{Function, ToNapiValue};
+use napi::Env;
+use napi::bindgen_prelude::{Function, PromiseRaw, ToNapiValue};
 use napi::sys;
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
 use napi_derive::napi;
 
-use crate::convert;
 use crate::reply::{Reply, to_js_error};
+use crate::{convert, driver};
 
 /// Proof of one level of hold. `release()` it (or use `await using` / `client.withLock`);
 /// a collected `Held` never releases in Redis: renewal stops and the lease runs out.
@@ -76,28 +77,34 @@ impl Held {
     /// Release one level (at depth 0 the lock is deleted and waiters wake). Rejects with
     /// `NOT_HELD` if this `Held` was already released, `LOST` if the hold was lost meanwhile.
     #[napi(ts_return_type = "Promise<void>")]
-    pub async fn release(&self) -> Reply<()> {
-        Reply(self.guard.release().await)
+    pub fn release<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Reply<()>>> {
+        let guard = self.guard.clone();
+        driver::promise(env, async move { Reply(guard.release().await) })
     }
 
     /// `await using held = await lock.acquire()`: releases this level unless it was already
     /// released (then a no-op). Rejects with `LOST` if the hold was lost before the release.
     #[napi(well_known_symbol = "asyncDispose", ts_return_type = "Promise<void>")]
-    pub async fn dispose(&self) -> Reply<()> {
-        match self.guard.release().await {
-            Err(e) if e.kind() == ferrolock::ErrorKind::NotHeld => Reply(Ok(())),
-            r => Reply(r),
-        }
+    pub fn dispose<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Reply<()>>> {
+        let guard = self.guard.clone();
+        driver::promise(env, async move {
+            match guard.release().await {
+                Err(e) if e.kind() == ferrolock::ErrorKind::NotHeld => Reply(Ok(())),
+                r => Reply(r),
+            }
+        })
     }
 
     /// Extend the lease to `ttl` ms from now (owner-checked). Rejects with `LOST` if it was lost.
     #[napi(ts_return_type = "Promise<void>")]
-    pub async fn extend(&self, ttl: f64) -> Reply<()> {
-        let ttl = match convert::millis("ttl", ttl) {
-            Ok(t) => t,
-            Err(e) => return Reply::err(e),
-        };
-        Reply(self.guard.extend(ttl).await)
+    pub fn extend<'env>(&self, env: &'env Env, ttl: f64) -> napi::Result<PromiseRaw<'env, Reply<()>>> {
+        let (guard, ttl) = (self.guard.clone(), convert::millis("ttl", ttl));
+        driver::promise(env, async move {
+            match ttl {
+                Ok(t) => Reply(guard.extend(t).await),
+                Err(e) => Reply::err(e),
+            }
+        })
     }
 
     /// The native loss hook behind `onLost`/`signal` in index.js: `callback` runs once, on the JS

@@ -1,13 +1,15 @@
 //! Node binding of ferrolock (napi-rs): a thin translation layer over the async core.
 //!
-//! Classes `Client`, `Lock` and `Held` map onto `ferrolock::{Client, Lock, Guard}`; every Redis
-//! round trip runs on napi's tokio runtime, never on the JS thread. Errors reach JS as `Error`
+//! Classes `Client`, `Lock` and `Held` map onto `ferrolock::{Client, Lock, Guard}`; every call
+//! runs on the addon's own runtime (`driver.rs`): on the JS thread while its event loop would
+//! otherwise sleep, on a background thread otherwise; it never blocks the event loop. Errors reach JS as `Error`
 //! objects whose `code` is the core's stable string code (`ErrorKind::name()`). `index.js` adds
 //! the parts that are plain JS: `AbortSignal` plumbing, `Symbol.asyncDispose`, `withLock`.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod client;
 mod convert;
+mod driver;
 mod held;
 mod lock;
 mod reply;

@@ -3,6 +3,8 @@
 use ferrolock::{Error, ErrorKind};
 use napi::Env;
 use napi::bindgen_prelude::{External, PromiseRaw};
+
+use crate::driver;
 use napi_derive::napi;
 use tokio::sync::watch;
 
@@ -40,8 +42,9 @@ impl Lock {
 
     /// One attempt, no waiting: the hold, or `null` when another owner holds the lock.
     #[napi(ts_return_type = "Promise<Held | null>")]
-    pub async fn try_acquire(&self) -> Reply<Option<Held>> {
-        Reply(self.inner.try_acquire().await.map(|g| g.map(Held::new)))
+    pub fn try_acquire<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Reply<Option<Held>>>> {
+        let lock = self.inner.clone();
+        driver::promise(env, async move { Reply(lock.try_acquire().await.map(|g| g.map(Held::new))) })
     }
 
     /// The native acquire behind `acquire({ wait, signal })` in index.js: waits at most `wait`
@@ -57,10 +60,10 @@ impl Lock {
         let lock = self.inner.clone();
         let wait = convert::opt_millis("wait", wait);
         let mut cancelled = cancel.map(|c| c.tx.subscribe());
-        env.spawn_future(async move {
+        driver::promise(env, async move {
             let wait = match wait {
                 Ok(w) => w,
-                Err(e) => return Ok(Reply::err(e)),
+                Err(e) => return Reply::err(e),
             };
             let r = match cancelled.as_mut() {
                 None => lock.acquire(wait).await,
@@ -71,7 +74,7 @@ impl Lock {
                     }
                 },
             };
-            Ok(Reply(r.map(Held::new)))
+            Reply(r.map(Held::new))
         })
     }
 }
