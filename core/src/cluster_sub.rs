@@ -13,9 +13,10 @@
 //! Every push of those connections reaches [`ShardedSubs`]: `smessage` wakes waiters (notify.rs),
 //! an unsolicited `sunsubscribe` or a lost connection starts a repair of the channels concerned:
 //! find the slot's current master (`CLUSTER SLOTS` on the scripts' connection, then `MOVED`
-//! replies), `SSUBSCRIBE` there, and only then wake the channel's waiters, so that their next try
-//! runs after the new subscription is in place and no release between the loss and the repair
-//! goes unnoticed. Until the repair is done a waiter is bounded by the holder's PTTL (DESIGN §5).
+//! replies), `SSUBSCRIBE` there, check that the node itself still names itself the slot's master
+//! (a replica accepts `SSUBSCRIBE` silently), and only then wake the channel's waiters, so that
+//! their next try runs after the new subscription is in place and no release between the loss
+//! and the repair goes unnoticed. Until the repair is done a waiter is bounded by the holder's PTTL (DESIGN §5).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -156,7 +157,31 @@ impl ShardedSubs {
             match r {
                 Ok(Value::Push { kind: PushKind::SSubscribe, data }) if matches!(data.first(), Some(Value::BulkString(c)) if c == channel) =>
                 {
-                    return Ok(());
+                    // A replica accepts SSUBSCRIBE for its master's slots (no MOVED), and its
+                    // subscribers do not get the master's SPUBLISH: a stale slot map (the former
+                    // master right after a failover) would leave the subscription there for good.
+                    // So ask the node itself, after the subscription is in place: if it names
+                    // itself master of the slot now, a later loss of the slot sends us a
+                    // `sunsubscribe`; if it names another master, leave and go there.
+                    match self.master_seen_by(&addr, channel).await {
+                        Some(master) if master != addr => {
+                            lock(&self.state).slots = None;
+                            if let Some(at) = lock(&self.state).wanted.get_mut(channel) {
+                                *at = master.clone(); // our SUNSUBSCRIBE is not a loss
+                            }
+                            let r: RedisResult<Value> = redis::cmd("SUNSUBSCRIBE")
+                                .arg(channel)
+                                .query_async(&mut node.conn.clone())
+                                .await;
+                            drop(r);
+                            hint = Some(master);
+                            last = client_error("sharded subscription: the node is not the slot's master");
+                        }
+                        // The master itself, or no answer: keep it (a wrong guess costs a wait
+                        // bounded by the holder's PTTL, never a grant).
+                        _ => return Ok(()),
+                    }
+                    continue;
                 }
                 // Another command's confirmation or a stray push taken as this reply: try
                 // again (SSUBSCRIBE is idempotent).
@@ -199,6 +224,19 @@ impl ShardedSubs {
         let found = find_slot(Some(&table), slot);
         lock(&self.state).slots = Some(table);
         found.ok_or_else(|| client_error("sharded subscription: no master serves the slot"))
+    }
+
+    /// The master of `channel`'s slot as the node at `addr` sees it (`CLUSTER SLOTS` sent to that
+    /// node on the scripts' connection, never on a subscriber connection).
+    async fn master_seen_by(&self, addr: &str, channel: &[u8]) -> Option<String> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let (host, port) = addr.rsplit_once(':')?;
+        let port: u16 = port.parse().ok()?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+        let v =
+            self.cmd.clone().route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), route).await.ok()?;
+        find_slot(Some(&parse_slots(&v)), key_slot(channel))
     }
 
     /// The subscriber connection to `addr`, opened if needed.

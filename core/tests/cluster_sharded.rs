@@ -171,9 +171,13 @@ async fn sharded_waiters_survive_a_slot_migration_and_a_failover() {
     replica.wait_for(Duration::from_secs(15), "the replica to be promoted", |r| {
         r.info_field("replication", "role").as_deref() == Some("master")
     });
+    // Both subscriptions end (the old master, now a replica, drops them); the client subscribes
+    // again on the new master, not on the old one (a replica accepts SSUBSCRIBE for its master's
+    // slots but does not deliver the master's SPUBLISH: a stale slot map must not leave it there).
     wait_for_subscribers(replica, name, 1, "no resubscription on the promoted replica").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(subscribers(replica, name), (1, 0), "only the resubscribing client, sharded");
+    assert_eq!(subscribers(old_master, name), (0, 0), "a subscription left on the old master");
     let released_at = Instant::now();
     guard.release().await.unwrap();
     check_wakes(on, off, released_at, "after the replica promotion").await;
