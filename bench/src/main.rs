@@ -213,7 +213,7 @@ fn w1(a: &Args) -> Result<Value, BoxError> {
     }
     Ok(json!({
         "ok": true, "lib_version": LIB_VERSION, "api": api, "settings": set,
-        "runtime": if api == "async" { "tokio current_thread" } else { "ferrolock::blocking (1-worker tokio, call spawned whole)" },
+        "runtime": if api == "async" { "tokio current_thread" } else { "ferrolock::blocking (current-thread tokio driven by the calling thread)" },
         "params": {"n": n, "warmup": warmup, "reps": reps, "ttl_ms": 10000},
         "reps": rep_out, "counters": counters,
     }))
