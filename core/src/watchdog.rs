@@ -45,9 +45,14 @@ pub(crate) struct Watchdog {
     shared: Arc<Shared>,
 }
 
-impl Drop for Watchdog {
+// The scheduler task holds only a `Weak<Shared>`, upgraded during a tick. So the signal that ends
+// it must come once the last `Arc<Shared>` is gone, i.e. from `Shared`'s own drop. Sent from
+// `Watchdog`'s drop (before its `Arc` field is released), the scheduler could wake, still upgrade
+// the `Weak`, and then go back to sleep for an hour with nothing left to wake it, keeping the
+// client's connection open.
+impl Drop for Shared {
     fn drop(&mut self) {
-        self.shared.wake.notify_one();
+        self.wake.notify_one();
     }
 }
 
