@@ -193,7 +193,7 @@ export interface ClientOptions {
   /** Certificates for `rediss://` URLs (the server's chain and host name are always verified). */
   tls?: TlsOptions
   /**
-   * Replica acknowledgement of every grant (single server or Sentinel): after a grant,
+   * Replica acknowledgement of every grant (single server, Sentinel or Cluster): after a grant,
    * `WAIT replicas timeout`; fewer acknowledgements undo it and reject with
    * `NOT_REPLICATED`. See docs/GUARANTEES.md.
    */

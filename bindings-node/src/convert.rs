@@ -76,7 +76,7 @@ pub struct ClientOptions {
     pub redlock_max_inflight: Option<f64>,
     /// Certificates for `rediss://` URLs (the server's chain and host name are always verified).
     pub tls: Option<TlsOptions>,
-    /// Replica acknowledgement of every grant (single server or Sentinel): after a grant,
+    /// Replica acknowledgement of every grant (single server, Sentinel or Cluster): after a grant,
     /// `WAIT replicas timeout`; fewer acknowledgements undo it and reject with
     /// `NOT_REPLICATED`. See docs/GUARANTEES.md.
     pub replica_acks: Option<ReplicaAcksOptions>,
