@@ -294,6 +294,9 @@ struct Obs {
     node: u64,
     t_send: u64,
     t_recv: u64,
+    /// When the previous poll, which still saw the old state, was sent: the change happened
+    /// after it (absent after a reconnect and in probes of older runs).
+    t_prev: Option<u64>,
     fence: Option<u64>,
     /// The hold's owner token (absent in probes of older runs).
     owner: Option<String>,
@@ -306,6 +309,11 @@ impl Obs {
     fn expiry_max(&self) -> f64 {
         self.t_recv as f64 + (self.pttl as f64 + 1.0) * MS
     }
+
+    /// The earliest this state can have begun.
+    fn since(&self) -> u64 {
+        self.t_prev.unwrap_or(self.t_send)
+    }
 }
 
 /// One hold as the probe saw it on one master: consecutive observations of the key with one
@@ -316,10 +324,16 @@ impl Obs {
 struct Seg<'a> {
     node: u64,
     first: &'a Obs,
+    /// Every change line of the hold, `first` included.
+    obs: Vec<&'a Obs>,
     fences: Vec<u64>,
     owner: Option<&'a str>,
     /// `t_recv` of the first observation without this hold (key gone or another hold), if any.
     gone: Option<u64>,
+    /// The last time the hold was certainly still there: the send time of the last poll that
+    /// saw it (a starved probe can see it gone long after it went); `gone` when that poll's
+    /// time is unknown (a probe line without `t_prev_send`).
+    seen_until: u64,
 }
 
 /// The holds on every master, from the probe's change lines (`probes` sorted by `t_send`).
@@ -331,6 +345,7 @@ fn hold_segments(probes: &[Obs]) -> Vec<Seg<'_>> {
         let Some(f) = o.fence else {
             if let Some((k, _)) = open.remove(&o.node) {
                 out[k].gone = Some(o.t_recv);
+                out[k].seen_until = o.t_prev.map_or(o.t_recv, |p| out[k].seen_until.max(p));
             }
             continue;
         };
@@ -341,39 +356,60 @@ fn hold_segments(probes: &[Obs]) -> Vec<Seg<'_>> {
                 if !out[k].fences.contains(&f) {
                     out[k].fences.push(f);
                 }
+                out[k].obs.push(o);
+                out[k].seen_until = out[k].seen_until.max(o.t_send);
                 open.insert(o.node, (k, o));
                 continue;
             }
             out[k].gone = Some(o.t_recv);
+            out[k].seen_until = o.t_prev.map_or(o.t_recv, |p| out[k].seen_until.max(p));
         }
-        out.push(Seg { node: o.node, first: o, fences: vec![f], owner: o.owner.as_deref(), gone: None });
+        out.push(Seg {
+            node: o.node,
+            first: o,
+            obs: vec![o],
+            fences: vec![f],
+            owner: o.owner.as_deref(),
+            gone: None,
+            seen_until: o.t_send,
+        });
         open.insert(o.node, (out.len() - 1, o));
     }
     out
 }
 
 /// Validity error at grant, single master and Redlock alike: the believed expiry the client
-/// reported with its grant minus the latest the lock can really have expired. A Redlock lock
-/// is free for another client once fewer than `quorum` masters hold it, so its real expiry is
-/// the `quorum`-th latest of the per-master expiries. The holds of a grant are those that
-/// appeared after the acquire was invoked and carried the grant's fence (on a Redlock master,
-/// once the fence was written back; a master the write-back missed is left out, which can only
-/// make the real expiry earlier and the error larger). The first observation of each hold is
-/// taken. No sample when fewer than `quorum` holds were seen.
+/// reported with its grant (at `t_ok`) minus the latest the lock can really have expired as of
+/// then. A Redlock lock is free for another client once fewer than `quorum` masters hold it, so
+/// its real expiry is the `quorum`-th latest of the per-master expiries. The holds of a grant
+/// are those that appeared after the acquire was invoked and carried the grant's fence (on a
+/// Redlock master, once the fence was written back; a master the write-back missed is left
+/// out, which can only make the real expiry earlier and the error larger). Each hold's expiry
+/// is the one of its last observed state that may have begun before `t_ok`: an acquire that
+/// returns late (a descheduled client) reports a deadline its watchdog has already moved, and
+/// renewals or re-entries after `t_ok` do not count. No sample when fewer than `quorum` holds
+/// were seen.
 fn validity_errors(cs: &[Cs], segs: &[Seg], quorum: usize) -> Vec<f64> {
     let mut out = Vec::new();
     for c in cs {
-        let mut per_node: BTreeMap<u64, &Obs> = BTreeMap::new();
+        let mut per_node: BTreeMap<u64, &Seg> = BTreeMap::new();
         for sg in segs {
             let t = sg.first.t_send;
             if sg.fences.contains(&c.fence) && t >= c.t_inv && t < c.t_end.max(c.t_ok) && sg.first.pttl >= 0 {
-                let e = per_node.entry(sg.node).or_insert(sg.first);
-                if t < e.t_send {
-                    *e = sg.first;
+                let e = per_node.entry(sg.node).or_insert(sg);
+                if t < e.first.t_send {
+                    *e = sg;
                 }
             }
         }
-        let mut expiries: Vec<f64> = per_node.values().map(|o| o.expiry_max()).collect();
+        let mut expiries: Vec<f64> = per_node
+            .values()
+            .map(|sg| {
+                let at_ok =
+                    sg.obs.iter().rev().find(|o| o.since() < c.t_ok && o.pttl >= 0).unwrap_or(&sg.first);
+                at_ok.expiry_max()
+            })
+            .collect();
         if quorum == 0 || expiries.len() < quorum {
             continue;
         }
@@ -387,7 +423,10 @@ fn validity_errors(cs: &[Cs], segs: &[Seg], quorum: usize) -> Vec<f64> {
 /// Leaked-lock time after each kill -9 of a holder (`(t_kill, fence of its grant)`): from the
 /// kill until fewer than `quorum` masters still hold the killed grant. Its holds are the ones
 /// alive at the kill that carry its fence or its owner (a Redlock master the fence write-back
-/// missed still shows the owner). A hold never seen gone counts as gone at `observed_until`
+/// missed still shows the owner). A hold is taken to be gone after the last poll that still saw
+/// it (the figure is a lower bound, so a probe starved by a loaded machine cannot inflate it,
+/// while a hold something keeps renewing is seen alive for as long as it lives); one never seen
+/// gone counts as gone at `observed_until`
 /// (a lower bound).
 fn leaked_lock_ms(kills: &[(u64, u64)], segs: &[Seg], quorum: usize, observed_until: u64) -> Vec<f64> {
     let mut out = Vec::new();
@@ -399,7 +438,8 @@ fn leaked_lock_ms(kills: &[(u64, u64)], segs: &[Seg], quorum: usize, observed_un
             let alive = sg.first.t_recv <= t_kill && sg.gone.is_none_or(|g| g > t_kill);
             let ours = sg.fences.contains(&fence) || sg.owner.is_some_and(|o| owners.contains(o));
             if alive && ours {
-                per_node.insert(sg.node, sg.gone.unwrap_or(observed_until.max(t_kill)));
+                let until = if sg.gone.is_some() { sg.seen_until } else { observed_until };
+                per_node.insert(sg.node, until.max(t_kill));
             }
         }
         let mut free_at: Vec<u64> = per_node.into_values().collect();
@@ -559,6 +599,7 @@ pub fn check_run(dir: &Path) -> Value {
                 node: u(v, "node")?,
                 t_send: u(v, "t_send")?,
                 t_recv: u(v, "t_recv")?,
+                t_prev: u(v, "t_prev_send"),
                 fence: u(v, "fence"),
                 owner: s(v, "owner"),
                 pttl: v.get("pttl")?.as_i64()?,
@@ -1010,7 +1051,8 @@ mod tests {
     /// A probe line at `t_ms` (received 1 ms later) on `node`.
     fn ob(node: u64, t_ms: u64, fence: Option<u64>, owner: &str, pttl: i64) -> Obs {
         let t = t_ms * 1_000_000;
-        Obs { node, t_send: t, t_recv: t + 1_000_000, fence, owner: Some(owner.into()), pttl }
+        let t_prev = Some(t.saturating_sub(5_000_000));
+        Obs { node, t_send: t, t_recv: t + 1_000_000, t_prev, fence, owner: Some(owner.into()), pttl }
     }
 
     #[test]
@@ -1052,6 +1094,24 @@ mod tests {
     }
 
     #[test]
+    fn an_acquire_that_returns_late_is_checked_against_the_renewed_expiry() {
+        let ms = |x: u64| x * 1_000_000;
+        // Granted at 10 ms; the watchdog renewed at 340 and 1000 ms. The client's acquire call
+        // returned only at 700 ms (descheduled), reporting the deadline of the first renewal.
+        let probes = [
+            ob(0, 10, Some(100), "a", 1000),
+            ob(0, 340, Some(100), "a", 1000),
+            ob(0, 1000, Some(100), "a", 1000),
+        ];
+        let segs = hold_segments(&probes);
+        let mut a = cs("a", 100, ms(5), ms(700), ms(900), ms(901));
+        a.deadlines = vec![(ms(700), ms(1330))];
+        // Against the state as of 700 ms (the renewal at 340: expiry 341 + 1001), not the one at
+        // the grant (1011 ms, +319) nor the later renewal.
+        assert_eq!(validity_errors(std::slice::from_ref(&a), &segs, 1), vec![-12.0]);
+    }
+
+    #[test]
     fn a_new_grant_of_the_same_owner_is_a_new_hold() {
         let probes = [
             ob(0, 0, Some(5), "a", 1000),
@@ -1082,10 +1142,17 @@ mod tests {
         ];
         let segs = hold_segments(&probes);
         // Killed at 300 ms: three holds (nodes 0, 1, 2); with quorum 3 the lock is free once
-        // the first of them is gone (node 0, seen at 1001 ms).
-        assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 3, 0), vec![701.0]);
-        // Quorum 2: once two are gone (node 2 at 1051 ms).
-        assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 2, 0), vec![751.0]);
+        // the first of them is gone (node 0, last seen by the poll sent at 995 ms).
+        assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 3, 0), vec![695.0]);
+        // Quorum 2: once two are gone (node 2, last seen at 1045 ms).
+        assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 2, 0), vec![745.0]);
+        // A starved probe that sees the key gone late (sent at 3000 ms, its previous poll at
+        // 1200 ms) does not make the leak longer than the last time the hold was seen.
+        let mut late = probes.to_vec();
+        late[4] = Obs { t_prev: Some(1_200_000_000), ..ob(0, 3000, None, "", -2) };
+        late.sort_by_key(|o| (o.t_send, o.node));
+        let segs = hold_segments(&late);
+        assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 3, 0), vec![745.0]);
         // A hold never seen gone counts until the end of the observation.
         let segs = hold_segments(&probes[..4]);
         assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 1, 2_000_000_000), vec![1700.0]);

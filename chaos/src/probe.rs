@@ -1,8 +1,11 @@
 //! Observers on each master, independent of the library:
 //!
 //! - the **expiry probe** polls the lock's hold key (`fence` and `owner` fields and `PTTL`)
-//!   every few ms and records every change as `{"node","t_send","t_recv","fence","owner","pttl"}`
-//!   in `probe.jsonl`; the key's real expiry lies in `[t_send + pttl, t_recv + pttl + 1 ms]`.
+//!   every few ms and records every change as
+//!   `{"node","t_send","t_recv","t_prev_send","fence","owner","pttl"}` in `probe.jsonl`; the
+//!   key's real expiry lies in `[t_send + pttl, t_recv + pttl + 1 ms]`, and the change happened
+//!   after `t_prev_send`, when the previous poll (which still saw the old state) was sent (null
+//!   after a reconnect).
 //!   The owner (token) tells the holds of one grant apart on the masters of a Redlock, whose
 //!   `fence` fields differ until the grant's fence is written back;
 //! - the **command recorder** runs `MONITOR` and keeps every `EVAL`/`EVALSHA` line as
@@ -35,6 +38,7 @@ pub fn expiry_probe(
     stop: Arc<AtomicBool>,
 ) {
     let mut last: Option<(Option<u64>, u64, Option<String>)> = None;
+    let mut prev_send: Option<u64> = None;
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut c) = Conn::connect(&addr, Duration::from_millis(200)) else {
             std::thread::sleep(Duration::from_millis(20));
@@ -60,15 +64,18 @@ pub fn expiry_probe(
                     }
                 };
                 if changed {
-                    let line = json!({"node": node, "t_send": t_send, "t_recv": t_recv, "fence": fence, "owner": owner, "pttl": pttl});
+                    let line = json!({"node": node, "t_send": t_send, "t_recv": t_recv, "t_prev_send": prev_send,
+                                      "fence": fence, "owner": owner, "pttl": pttl});
                     last = Some((fence, expiry, owner));
                     let mut f = out.lock().unwrap_or_else(|p| p.into_inner());
                     let _ = writeln!(f, "{line}");
                 }
+                prev_send = Some(t_send);
             }
             std::thread::sleep(every);
         }
         last = None;
+        prev_send = None;
     }
 }
 
