@@ -106,6 +106,15 @@ impl Hold {
         self.st().count
     }
 
+    /// The levels its owner still counts on: the count, less levels whose guard was dropped
+    /// without a release (each live guard is one level). Releases aim at this, so a level
+    /// given up by dropping its guard is released with the last live one instead of keeping
+    /// the lock held (and renewed) forever.
+    pub fn live_levels(&self) -> u32 {
+        let st = self.st();
+        st.count.min(u32::try_from(st.guards).unwrap_or(u32::MAX))
+    }
+
     pub fn set_count(&self, count: u32) {
         self.st().count = count;
     }

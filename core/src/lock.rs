@@ -193,13 +193,13 @@ impl Lock {
 
     /// The count this handle holds on the server (0 when it holds nothing live).
     pub(crate) fn live_count(&self) -> u32 {
-        self.current().filter(|h| !h.is_final()).map_or(0, |h| h.count())
+        self.current().filter(|h| !h.is_final()).map_or(0, |h| h.live_levels())
     }
 
     /// What an undo leaves behind: the live count and the fence of the hold it belongs to.
     fn live_level(&self) -> Level {
         match self.current().filter(|h| !h.is_final()) {
-            Some(h) => Level { count: h.count(), fence: Some(h.fence) },
+            Some(h) => Level { count: h.live_levels(), fence: Some(h.fence) },
             None => Level { count: 0, fence: None },
         }
     }
@@ -416,7 +416,8 @@ impl Drop for Pending {
 }
 
 /// Proof of one level of hold. Release it explicitly; dropping it only stops the watchdog
-/// (when it was the last live guard of its hold) and lets the lease run out.
+/// (when it was the last live guard of its hold) and lets the lease run out. A dropped guard's
+/// level is given up: the next release of the hold counts only the guards still live.
 pub struct Guard {
     lock: Lock,
     hold: Arc<Hold>,
@@ -432,7 +433,7 @@ impl Guard {
 
     /// The reentrancy depth of this handle's hold.
     pub fn count(&self) -> u32 {
-        if self.hold.is_final() { 0 } else { self.hold.count() }
+        if self.hold.is_final() { 0 } else { self.hold.live_levels() }
     }
 
     /// Time left until the local deadline (zero once lost or released).
@@ -531,7 +532,7 @@ impl Guard {
             lock.set_current(None);
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before release"));
         }
-        let target = self.hold.count().saturating_sub(1);
+        let target = self.hold.live_levels().saturating_sub(1);
         if target == 0 {
             c.watchdog.unregister(&self.hold); // cancel renewal before the release is sent
         }

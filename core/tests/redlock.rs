@@ -437,6 +437,21 @@ async fn watchdog_over_quorum_renews_then_reports_loss() {
 }
 
 // 7. Reentrancy over the quorum and non-owner release, as for the single-node lock.
+// The same over a quorum (chaos run w2-n5c: an inner release failed with QUORUM_NOT_REACHED, its
+// guard was dropped, and the handle only ever released down to count 1 after that).
+#[tokio::test]
+async fn a_dropped_inner_guard_does_not_keep_the_lock_over_quorum() {
+    let servers = start_many(3);
+    let client = redlock_with(&servers, calm()).await;
+    let lease = || LockOptions::lease(Duration::from_secs(10));
+    let (lock, other) = (client.lock("dropped", lease()).unwrap(), client.lock("dropped", lease()).unwrap());
+    let outer = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    drop(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+    outer.release().await.unwrap();
+    let g = other.try_acquire().await.unwrap().expect("a dropped inner level kept the lock");
+    g.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrancy_and_non_owner_over_quorum() {
     let servers = start_many(5);

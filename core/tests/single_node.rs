@@ -143,6 +143,31 @@ async fn reentrancy_and_non_owner() {
     theirs.release().await.unwrap();
 }
 
+// A re-entered level whose guard is dropped without a release is given up: the last live guard's
+// release frees the lock (the level used to stay on the server, renewed by the watchdog while the
+// client lived), and a handle whose guards were all dropped re-enters at one level.
+#[tokio::test]
+async fn a_dropped_inner_guard_does_not_keep_the_lock() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let lease = || LockOptions::lease(Duration::from_secs(10));
+    let (lock, other) = (client.lock("dropped", lease()).unwrap(), client.lock("dropped", lease()).unwrap());
+    let outer = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    drop(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+    assert_eq!(outer.count(), 1);
+    outer.release().await.unwrap();
+    assert!(client.inspect("dropped").await.unwrap().is_none(), "a dropped inner level kept the lock");
+    other.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+
+    let a = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    drop(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+    drop(a);
+    let c = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert_eq!((c.count(), client.inspect("dropped").await.unwrap().unwrap().count), (1, 1));
+    c.release().await.unwrap();
+    assert!(client.inspect("dropped").await.unwrap().is_none(), "dropped levels outlived a re-entry");
+}
+
 // 3. Fences across SHUTDOWN NOSAVE + restart, across idle expiry, and above 2^50.
 #[tokio::test]
 async fn fences_survive_restart_expiry_and_big_values() {
