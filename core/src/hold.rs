@@ -102,10 +102,6 @@ impl Hold {
         self.tx.subscribe()
     }
 
-    pub fn count(&self) -> u32 {
-        self.st().count
-    }
-
     /// The levels its owner still counts on: the count, less levels whose guard was dropped
     /// without a release (each live guard is one level). Releases aim at this, so a level
     /// given up by dropping its guard is released with the last live one instead of keeping
