@@ -137,6 +137,37 @@ fn b01_control_monitor_sees_a_renewal_after_release() {
     assert_eq!(mon.renewals_after_release(HOLD), 1);
 }
 
+/// B1, the race behind the one renewal round after a release in the long w2-n5c-k run: a renewal
+/// taken for sending just before the release must reach the server before it, not after. The
+/// client holds its renewal rounds back 300 ms, so the release always falls in that window.
+/// Control: with releases not waiting for it, MONITOR sees the extend after the release.
+#[test]
+fn b01_a_renewal_on_its_way_lands_before_the_release() {
+    for settle in [true, false] {
+        let server = RedisServer::start();
+        let mut mon = Monitor::start(&server);
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async {
+            let mut o = opts();
+            o.response_timeout = Duration::from_secs(2);
+            let c = ferrolock::Client::connect(&server.url(), o).await.unwrap();
+            c.set_watchdog_test_knobs(Duration::from_millis(300), settle);
+            let lock = c.lock("b", LockOptions::renewing(Duration::from_millis(900))).unwrap();
+            let g = lock.acquire(None).await.unwrap();
+            // The renewal falls due at ttl / 3 = 300 ms and is sent at about 600 ms.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            g.release().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(500)).await; // past the late send
+        });
+        let n = mon.renewals_after_release(HOLD);
+        if settle {
+            assert_eq!(n, 0, "a renewal reached the server after the release");
+        } else {
+            assert!(n > 0, "control: the extend sent late was not seen after the release");
+        }
+    }
+}
+
 /// B2 (redisson #1626): the holder thread dies without releasing; the watchdog must stop and
 /// the lock expire within TTL (+100 ms). Control: a live holder keeps it past the TTL.
 #[test]

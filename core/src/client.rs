@@ -279,6 +279,14 @@ impl Client {
         let _ = on;
     }
 
+    /// Tests only: pause each renewal round of this client by `delay` before it is sent, and
+    /// (`settle: false`) let releases go without waiting for a renewal already on its way (the
+    /// control of the "no renewal after release" test). No effect on other clients.
+    #[doc(hidden)]
+    pub fn set_watchdog_test_knobs(&self, delay: Duration, settle: bool) {
+        self.inner.watchdog.set_test_knobs(delay, settle);
+    }
+
     /// Whether this client locks by quorum over several masters ([`Client::connect_redlock`]).
     pub fn is_redlock(&self) -> bool {
         matches!(self.inner.backend, Backend::Quorum(_))

@@ -527,14 +527,15 @@ impl Guard {
         }
         if self.hold.state() == LockState::Lost {
             // Clean up whatever is left under our token; never touches another owner's hold.
-            c.watchdog.unregister(&self.hold);
+            c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await;
             let _ = lock.send_release(0).await;
             lock.set_current(None);
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before release"));
         }
         let target = self.hold.live_levels().saturating_sub(1);
         if target == 0 {
-            c.watchdog.unregister(&self.hold); // cancel renewal before the release is sent
+            // Cancel renewal before the release is sent, and let one already on its way land first.
+            c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await;
         }
         match lock.send_release_level(Level { count: target, fence: Some(self.hold.fence) }).await {
             Ok(n) if n < 0 => {

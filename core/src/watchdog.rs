@@ -6,10 +6,12 @@
 //! A failed or timed-out renewal makes the hold IN_DOUBT and is retried soon; a reply of "not
 //! owner" or a passed local deadline makes it LOST. A hold is unregistered *before* its final
 //! release is sent, and a renewal reply for an unregistered hold is ignored, so the watchdog
-//! never renews after release and never re-creates a lost lock.
+//! never re-creates a lost lock. A renewal already taken for sending when its hold is released
+//! is waited for ([`Watchdog::unregister_settled`]), so it reaches the server before the
+//! release, never after it.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -33,11 +35,23 @@ struct Shared {
     entries: Mutex<HashMap<u64, Entry>>,
     wake: Arc<Notify>,
     next_id: AtomicU64,
+    /// Holds whose renewal has been taken for sending and not answered yet (kept after the hold
+    /// is unregistered), and the signal that one such renewal was answered.
+    flying: Mutex<HashSet<u64>>,
+    landed: Notify,
+    /// Tests only: a pause between taking renewals for sending and sending them, and whether a
+    /// release waits for them (see [`Watchdog::set_test_knobs`]).
+    test_delay_ms: AtomicU64,
+    test_no_settle: AtomicBool,
 }
 
 impl Shared {
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn flying(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.flying.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -83,6 +97,10 @@ impl Watchdog {
             entries: Mutex::new(HashMap::new()),
             wake: Arc::new(Notify::new()),
             next_id: AtomicU64::new(1),
+            flying: Mutex::new(HashSet::new()),
+            landed: Notify::new(),
+            test_delay_ms: AtomicU64::new(0),
+            test_no_settle: AtomicBool::new(false),
         });
         tokio::spawn(run(Arc::downgrade(&shared), shared.wake.clone(), backend, opts));
         Watchdog { shared }
@@ -104,6 +122,37 @@ impl Watchdog {
         if let Some(id) = hold.take_watchdog() {
             self.shared.entries().remove(&id);
         }
+    }
+
+    /// [`Self::unregister`], then wait (at most `bound`) until a renewal of `hold` that was
+    /// already taken for sending has been answered. Call it right before sending a release, so
+    /// the release reaches the server after that renewal and never the other way round.
+    pub async fn unregister_settled(&self, hold: &Hold, bound: Duration) {
+        let Some(id) = hold.take_watchdog() else { return };
+        self.shared.entries().remove(&id);
+        if self.shared.test_no_settle.load(Ordering::Relaxed) {
+            return;
+        }
+        let until = tokio::time::Instant::now() + bound;
+        loop {
+            let landed = self.shared.landed.notified();
+            tokio::pin!(landed);
+            landed.as_mut().enable();
+            if !self.shared.flying().contains(&id) {
+                return;
+            }
+            if tokio::time::timeout_at(until, landed).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Tests only: pause every renewal round of this client by `delay` before it is sent, and
+    /// (`settle: false`) let releases go without waiting for renewals already on their way.
+    pub fn set_test_knobs(&self, delay: Duration, settle: bool) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.shared.test_delay_ms.store(ms, Ordering::Relaxed);
+        self.shared.test_no_settle.store(!settle, Ordering::Relaxed);
     }
 }
 
@@ -155,13 +204,16 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
         return next;
     }
     let mut due = Vec::with_capacity(soon.len());
+    let mut flying = shared.flying();
     for (id, hold) in soon {
         if let Some(e) = entries.get_mut(&id) {
             e.in_flight = true;
+            flying.insert(id);
             let ttl = hold.ttl();
             due.push(Due { id, hold, key: e.key.clone(), token: e.token.clone(), ttl });
         }
     }
+    drop(flying);
     drop(entries);
     // `next` may name a renewal sent now; the renewal's completion wakes the scheduler anyway.
     tokio::spawn(renew(shared.clone(), backend.clone(), opts.clone(), due));
@@ -169,6 +221,10 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
 }
 
 async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, due: Vec<Due>) {
+    let delay = shared.test_delay_ms.load(Ordering::Relaxed);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
     let t_send = Instant::now();
     let outcomes = match &backend {
         Backend::Single { conn, .. } => single_round(conn.clone(), &due).await,
@@ -206,6 +262,13 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
             }
         }
     }
+    {
+        let mut flying = shared.flying();
+        for d in &due {
+            flying.remove(&d.id);
+        }
+    }
+    shared.landed.notify_waiters();
     if noscript && let Backend::Single { conn, .. } = &backend {
         let _ = EXTEND.prepare_invoke().load_async(&mut conn.clone()).await;
     }
