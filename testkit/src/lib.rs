@@ -23,6 +23,12 @@ pub struct RedisServer {
     sentinel_conf: Option<String>,
 }
 
+/// An argument that stands for "a free loopback port": each start attempt replaces it with a
+/// fresh one, like the main port. A port picked once and kept across attempts could be the one
+/// that made the attempt fail (taken meanwhile, e.g. as the local port of a connection to another
+/// node), and every retry would fail the same way.
+const FREE_PORT: &str = "{free-port}";
+
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()
@@ -61,18 +67,15 @@ impl RedisServer {
     }
 
     fn start_inner(extra: &[&str], sentinel_conf: Option<String>) -> RedisServer {
-        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         for _ in 0..20 {
             let port = free_port();
+            let extra: Vec<String> = extra
+                .iter()
+                .map(|a| if *a == FREE_PORT { free_port().to_string() } else { a.to_string() })
+                .collect();
             let dir = std::env::temp_dir().join(format!("ferrolock-redis-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("create server dir");
-            let mut s = RedisServer {
-                child: None,
-                port,
-                dir,
-                extra: extra.clone(),
-                sentinel_conf: sentinel_conf.clone(),
-            };
+            let mut s = RedisServer { child: None, port, dir, extra, sentinel_conf: sentinel_conf.clone() };
             if s.spawn() {
                 return s;
             }
@@ -166,8 +169,7 @@ impl RedisServer {
     /// server certificate of `certs`, trusting `certs`' CA for client certificates (optional
     /// unless `extra` says `--tls-auth-clients yes`). The plain port stays open for the harness.
     pub fn start_tls(certs: &TlsCerts, extra: &[&str]) -> RedisServer {
-        let tls_port = free_port().to_string();
-        let mut args = tls_server_args(certs, &tls_port);
+        let mut args = tls_server_args(certs, FREE_PORT);
         args.extend_from_slice(extra);
         Self::start_with(&args)
     }
@@ -194,8 +196,7 @@ impl RedisServer {
              sentinel down-after-milliseconds {name} 1000\n\
              sentinel failover-timeout {name} 10000\n"
         );
-        let tls_port = free_port().to_string();
-        let mut args = tls_server_args(certs, &tls_port);
+        let mut args = tls_server_args(certs, FREE_PORT);
         args.extend(tls_peer_args(certs));
         Self::start_inner(&args, Some(conf))
     }
@@ -411,7 +412,6 @@ impl RedisCluster {
         let n = masters * (1 + replicas);
         let nodes: Vec<RedisServer> = (0..n)
             .map(|_| {
-                let bus = free_port().to_string();
                 let cluster_args = [
                     "--cluster-enabled",
                     "yes",
@@ -420,7 +420,7 @@ impl RedisCluster {
                     "--cluster-node-timeout",
                     "2000",
                     "--cluster-port",
-                    &bus,
+                    FREE_PORT,
                 ];
                 match certs {
                     None => RedisServer::start_with(&cluster_args),
