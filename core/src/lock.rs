@@ -526,11 +526,25 @@ impl Guard {
             return Err(Error::new(ErrorKind::Lost, "the hold this guard belonged to was lost"));
         }
         if self.hold.state() == LockState::Lost {
+            let overdue = Instant::now().saturating_duration_since(self.hold.deadline());
             // Clean up whatever is left under our token; never touches another owner's hold.
             c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await;
             let _ = lock.send_release(0).await;
             lock.set_current(None);
-            return Err(Error::new(ErrorKind::Lost, "the lock was lost before release"));
+            // The hold went final before this release: the server refused a renewal (watchdog)
+            // or an extend, or the local deadline passed (`state()` notices that itself). The
+            // hold does not keep the reason; the deadline tells the two apart well enough.
+            let why = if overdue.is_zero() {
+                "the hold was already marked lost: the server refused a renewal (watchdog) or an \
+                 extend while the local lease deadline had not yet passed"
+                    .to_owned()
+            } else {
+                format!(
+                    "the hold was already marked lost: its local lease deadline passed {overdue:?} \
+                     ago (unless a refused renewal or extend marked it lost earlier)"
+                )
+            };
+            return Err(Error::new(ErrorKind::Lost, format!("the lock was lost before release: {why}")));
         }
         let target = self.hold.live_levels().saturating_sub(1);
         if target == 0 {
@@ -540,9 +554,23 @@ impl Guard {
         match lock.send_release_level(Level { count: target, fence: Some(self.hold.fence) }).await {
             Ok(n) if n < 0 => {
                 c.watchdog.unregister(&self.hold);
-                self.hold.mark_lost("release found the lock expired or held by another owner");
+                let why = match &c.backend {
+                    Backend::Single { .. } => {
+                        "the release found the key gone or held by another owner".to_owned()
+                    }
+                    Backend::Quorum(q) => {
+                        let n = q.nodes.len();
+                        format!(
+                            "the release found the key gone or held by another owner on more than \
+                             {} of {n} masters (no quorum of {} still holds it)",
+                            n.saturating_sub(q.quorum),
+                            q.quorum,
+                        )
+                    }
+                };
+                self.hold.mark_lost(&why);
                 lock.set_current(None);
-                Err(Error::new(ErrorKind::Lost, "the lock was lost before release"))
+                Err(Error::new(ErrorKind::Lost, format!("the lock was lost before release: {why}")))
             }
             Ok(n) => {
                 let n = u32::try_from(n).unwrap_or(0);

@@ -61,14 +61,17 @@ async fn contention_no_overlap_exact_count_increasing_fences() {
     let fences = Arc::new(Mutex::new(Vec::new()));
     let t0 = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..workers {
+    for w in 0..workers {
         let client = redlock(&servers).await;
         let mut data = data_conn(&resource).await;
         let (inside, overlaps, fences) = (inside.clone(), overlaps.clone(), fences.clone());
         tasks.push(tokio::spawn(async move {
             let lock = client.lock("contended", LockOptions::lease(Duration::from_secs(5))).unwrap();
-            for _ in 0..per {
-                let g = lock.acquire(Some(Duration::from_secs(60))).await.unwrap();
+            for i in 0..per {
+                let g = lock
+                    .acquire(Some(Duration::from_secs(60)))
+                    .await
+                    .unwrap_or_else(|e| panic!("worker {w}, round {i}: acquire failed: {e}"));
                 assert!(g.remaining() > Duration::ZERO);
                 if inside.swap(true, Ordering::SeqCst) {
                     overlaps.fetch_add(1, Ordering::SeqCst);
@@ -76,7 +79,10 @@ async fn contention_no_overlap_exact_count_increasing_fences() {
                 fences.lock().unwrap().push(g.fence());
                 rmw(&mut data).await;
                 inside.store(false, Ordering::SeqCst);
-                g.release().await.unwrap();
+                let fence = g.fence();
+                g.release().await.unwrap_or_else(|e| {
+                    panic!("worker {w}, round {i}: release of fence {fence} failed: {e}")
+                });
             }
         }));
     }
@@ -587,7 +593,40 @@ async fn loss_is_decided_by_majority() {
     }
     tokio::time::timeout(ttl, g.lost()).await.expect("majority loss not reported");
     assert_eq!(rx.recv_timeout(Duration::from_secs(1)).unwrap(), ErrorKind::Lost);
-    assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    let e = g.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Lost);
+    assert!(e.message().contains("already marked lost"), "does not say the watchdog found it lost: {e}");
+}
+
+// The two ways a release can find the lock lost say which one it was: the hold already lost (the
+// watchdog above) or the release itself finding the hold gone on enough masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_that_finds_the_hold_gone_says_so() {
+    let servers = start_many(5);
+    let client = redlock_with(&servers, calm()).await;
+    let lock = client.lock("gone", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    // Control: gone on 2 of 5 masters, the release still finds a quorum holding it.
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    for s in &servers[..2] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{gone}"]);
+    }
+    g.release().await.expect("a quorum still held it");
+    // Gone on 3 of 5: no watchdog (a lease) and a live local deadline, so it is the release
+    // that finds out, and says so.
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    for s in &servers[..3] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{gone}"]);
+    }
+    let e = g.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
+    assert!(e.message().contains("the release found the key gone"), "does not say why: {e}");
+    assert!(e.message().contains("on more than 2 of 5 masters"), "does not count the masters: {e}");
+    // The release still went to the other two masters (replies may land after it returned).
+    let start = Instant::now();
+    while servers.iter().any(|s| holds(s, "gone")) {
+        assert!(start.elapsed() < Duration::from_secs(2), "a hold was left on a master");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 // SCRIPT FLUSH on every master mid-run (B17): no user-visible error, renewals keep working.
