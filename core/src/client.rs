@@ -420,6 +420,19 @@ fn redact_with(secrets: &[String], mut s: String) -> String {
     s
 }
 
+/// The plain-text and the TLS scheme of one kind of URL: what a TLS/plain-text mix-up hint
+/// tells the user to write instead of the scheme they gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Schemes {
+    pub plain: &'static str,
+    pub tls: &'static str,
+}
+
+impl Schemes {
+    /// `redis://` and `rediss://`: one server (also each master of a Redlock list).
+    pub const DIRECT: Schemes = Schemes { plain: "redis://", tls: "rediss://" };
+}
+
 /// One server to connect to: the parsed URL, its secrets (for redaction) and a printable address.
 pub(crate) struct Target {
     pub client: redis::Client,
@@ -427,6 +440,8 @@ pub(crate) struct Target {
     pub tls: bool,
     pub secrets: Vec<String>,
     pub addr: String,
+    /// The kind of URL the user gave, for hints ([`Schemes::DIRECT`] unless set otherwise).
+    pub schemes: Schemes,
 }
 
 impl Target {
@@ -476,7 +491,13 @@ impl Target {
             }
             _ => redis::Client::open(info).map_err(|e| Error::from_redis(&e, &redact))?,
         };
-        Ok(Target { client, tls: tls_url, secrets, addr })
+        Ok(Target { client, tls: tls_url, secrets, addr, schemes: Schemes::DIRECT })
+    }
+
+    /// The same server, reached through a URL of another kind (a master named by the sentinels
+    /// of a `redis+sentinel://` URL): hints name that kind's schemes.
+    pub fn with_schemes(self, schemes: Schemes) -> Target {
+        Target { schemes, ..self }
     }
 
     /// A reconnecting RESP3 connection whose pushes go to `notifier`.
@@ -505,14 +526,19 @@ impl Target {
             // The two ways a TLS/plain-text mix-up shows: a TLS client hello that a plain-text
             // server reads as an unfinished command (no reply), and a plain-text command that a
             // TLS server answers by closing the connection.
+            // The hint names the scheme of the kind of URL the user gave (`self.schemes`).
             let hint = match (self.tls, err.kind()) {
-                (true, ErrorKind::Timeout) => {
-                    " (no TLS handshake reply: is this a plain-text port? (use redis://))"
-                }
+                (true, ErrorKind::Timeout) => format!(
+                    " (no TLS handshake reply: is this a plain-text port? (use {}))",
+                    self.schemes.plain
+                ),
                 (false, ErrorKind::Connection) if e.is_connection_dropped() || e.is_unrecoverable_error() => {
-                    " (the server closed the connection: if it expects TLS, use rediss://)"
+                    format!(
+                        " (the server closed the connection: if it expects TLS, use {})",
+                        self.schemes.tls
+                    )
                 }
-                _ => "",
+                _ => String::new(),
             };
             // Say which server: with several (Redlock, a list of seeds) the message is useless
             // otherwise. `addr` is host:port/db, never the credentials.

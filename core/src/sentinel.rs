@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{ConnectionAddr, PushInfo, PushKind, RedisResult, Value};
 
-use crate::client::Target;
+use crate::client::{Schemes, Target};
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::Notifier;
 use crate::options::{ClientOptions, TlsOptions};
@@ -394,7 +394,7 @@ async fn open_master(
     addr: &(String, u16),
 ) -> Result<ConnectionManager> {
     let info = cfg.template.clone().set_addr(cfg.addr(&addr.0, addr.1));
-    let target = Target::from_info(info, &opts.tls)?;
+    let target = Target::from_info(info, &opts.tls)?.with_schemes(Schemes { plain: SCHEME, tls: TLS_SCHEME });
     let mut m = target.manager(opts, Some(opts.response_timeout), notifier).await?;
     let role: Value = redis::cmd("ROLE")
         .query_async(&mut m)

@@ -8,7 +8,8 @@
 //! sentinels' plain ports see none of the client's connections. The refusals, each with its
 //! control: a CA that did not sign the certificates, the system trust store, a sentinel addressed
 //! by a name its certificate lacks, and a master reported by IP (`announce-hostnames no`) all fail
-//! promptly with `Tls`; TLS options with a plain `redis+sentinel://` URL are refused before any I/O.
+//! promptly with `Tls`; TLS options with a plain `redis+sentinel://` URL are refused before any I/O;
+//! a TLS/plain-text mix-up with the master names the Sentinel scheme to use in its hint.
 
 mod common;
 
@@ -226,6 +227,50 @@ async fn certificates_and_host_names_are_verified() {
     let e = refused(url("localhost", &[&by_ip]), trusting(&certs.ca_crt)).await;
     assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
     assert!(e.message().contains(&master_tls.to_string()), "does not name the master: {e}");
+}
+
+/// A TLS/plain-text mix-up behind a Sentinel URL: the hint names the Sentinel scheme to use
+/// (`rediss+sentinel://`, `redis+sentinel://`), not `rediss://` or `redis://`, which would drop
+/// the sentinels and their failovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_mix_up_hint_names_the_sentinel_scheme() {
+    let certs = TlsCerts::generate();
+    let master = RedisServer::start_tls(&certs, &[]);
+    let master_tls = tls_port(&master);
+    let sentinel = RedisServer::start_tls_sentinel(&certs, ("localhost", master_tls), NAME, 1, true);
+    assert_eq!(reported(&sentinel), ("localhost".to_owned(), master_tls));
+
+    // Control: the TLS scheme, the sentinel's TLS port, the CA.
+    let good = url("localhost", &[&sentinel]);
+    let c = Client::connect(&good, opts(trusting(&certs.ca_crt))).await.expect("connect");
+    let g = c.lock("hint", LockOptions::lease(Duration::from_secs(5))).unwrap().try_acquire().await.unwrap();
+    g.expect("free").release().await.unwrap();
+
+    // The plain scheme on the sentinel's plain-text port: the sentinel answers and names the
+    // master's TLS port, which closes the plain-text connection.
+    let plain = format!("redis+sentinel://localhost:{}/{NAME}", sentinel.port());
+    let e =
+        Client::connect(&plain, opts(TlsOptions::default())).await.expect_err("plain text to a TLS master");
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+    assert!(e.message().contains(&master_tls.to_string()), "does not name the master: {e}");
+    assert!(
+        e.message().contains("use rediss+sentinel://"),
+        "the hint does not name the Sentinel TLS scheme: {e}"
+    );
+
+    // The reverse: TLS sentinels that name a master's plain-text port. TLS to it gets no
+    // handshake reply.
+    let to_plain = RedisServer::start_tls_sentinel(&certs, ("localhost", master.port()), NAME, 1, true);
+    assert_eq!(reported(&to_plain), ("localhost".to_owned(), master.port()));
+    let e = Client::connect(&url("localhost", &[&to_plain]), opts(trusting(&certs.ca_crt)))
+        .await
+        .expect_err("TLS to a plain-text master port");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.message().contains("plain-text port"), "no hint in: {e}");
+    assert!(
+        e.message().contains("(use redis+sentinel://)"),
+        "the hint does not name the Sentinel scheme: {e}"
+    );
 }
 
 #[tokio::test]

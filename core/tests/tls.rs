@@ -68,14 +68,14 @@ async fn verified_by_default_custom_ca_hostname_and_plaintext() {
     // never answers; the timeout says what is likely wrong.
     let e = refused(&url("localhost", server.port()), opts(trusting(&certs.ca_crt))).await;
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
-    assert!(e.message().contains("plain-text port"), "no hint in: {e}");
+    assert!(e.message().contains("plain-text port? (use redis://)"), "no hint in: {e}");
 
     // Plain text to the TLS port: refused promptly with a hint, not a hang.
     let started = std::time::Instant::now();
     let plain = format!("redis://:{SECRET}@localhost:{port}");
     let e = refused(&plain, opts(TlsOptions::default())).await;
     assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
-    assert!(e.message().contains("rediss://"), "no hint in: {e}");
+    assert!(e.message().contains("if it expects TLS, use rediss://"), "no hint in: {e}");
     assert!(started.elapsed() < Duration::from_secs(10));
 
     // A wrong password over TLS is an authentication error that does not echo it either.
