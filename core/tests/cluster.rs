@@ -13,22 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState, ReplicaAcks};
+use common::cluster::{SlotMove, calls, key, opts};
+use ferrolock::{Client, ErrorKind, LockOptions, LockState, ReplicaAcks};
 use ferrolock_testkit::RedisCluster;
-
-fn opts() -> ClientOptions {
-    let mut o = ClientOptions::default();
-    o.response_timeout = Duration::from_millis(1000);
-    o
-}
-
-fn key(name: &str) -> String {
-    format!("ferrolock:{{{name}}}")
-}
-
-fn calls(server: &common::RedisServer, command: &str) -> u64 {
-    server.command_calls().get(command).copied().unwrap_or(0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_on_a_cluster_with_a_replica_promotion() {
@@ -119,31 +106,16 @@ async fn locks_on_a_cluster_with_a_replica_promotion() {
             (Instant::now(), g)
         })
     };
-    let source = cluster.master_of(&key("migrated"));
-    let target = cluster
-        .nodes
-        .iter()
-        .find(|n| {
-            n.port() != source.port() && n.info_field("replication", "role").as_deref() == Some("master")
-        })
-        .expect("another master");
-    let slot = source.cmd::<i64>(&["CLUSTER", "KEYSLOT", &key("migrated")]).to_string();
-    let (source_id, target_id): (String, String) =
-        (source.cmd(&["CLUSTER", "MYID"]), target.cmd(&["CLUSTER", "MYID"]));
-    let _: String = target.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
-    let _: String = source.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+    let moving = SlotMove::new(&cluster, cluster.master_of(&key("migrated")), &key("migrated"));
+    let target = moving.target;
+    moving.begin();
     tokio::time::sleep(Duration::from_millis(400)).await; // renewals while MIGRATING
-    let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    let keys = moving.keys();
     assert!(keys.contains(&key("migrated")), "{keys:?}");
-    let port = target.port().to_string();
-    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-    migrate.extend(keys.iter().map(String::as_str));
-    let _: String = source.cmd(&migrate);
+    moving.migrate(&keys);
     tokio::time::sleep(Duration::from_millis(700)).await; // renewals by ASK to the importing node
-    assert!(target.command_calls().get("asking").copied().unwrap_or(0) > 0, "no renewal went by ASK");
-    for n in [target, source] {
-        let _: String = n.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
-    }
+    assert!(calls(target, "asking") > 0, "no renewal went by ASK");
+    moving.finish();
     tokio::time::sleep(Duration::from_millis(800)).await; // renewals after the MOVED
     assert_eq!(guard.state(), LockState::Held, "a renewal failed across the slot migration");
     assert_eq!(target.cmd::<i64>(&["EXISTS", &key("migrated")]), 1);

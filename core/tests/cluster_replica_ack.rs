@@ -13,6 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::RedisServer;
+use common::cluster::{SlotMove, calls, key};
 use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, ReplicaAcks};
 use ferrolock_testkit::RedisCluster;
 
@@ -29,14 +30,6 @@ fn acks_opts(replicas: u32, timeout_ms: u64) -> ClientOptions {
     let mut o = opts();
     o.replica_acks = Some(ReplicaAcks::new(replicas, Duration::from_millis(timeout_ms)));
     o
-}
-
-fn key(name: &str) -> String {
-    format!("ferrolock:{{{name}}}")
-}
-
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    server.command_calls().get(command).copied().unwrap_or(0)
 }
 
 fn exists(server: &RedisServer, name: &str) -> bool {
@@ -198,29 +191,14 @@ async fn a_moved_slot_takes_the_grant_and_its_wait_to_the_new_master() {
     // The client learns the slot map, then the slot moves to another master.
     let g = acked.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap().try_acquire().await;
     g.unwrap().expect("free").release().await.unwrap();
-    let source = cluster.master_of(&key(name));
-    let target = cluster
-        .nodes
-        .iter()
-        .find(|n| {
-            n.port() != source.port() && n.info_field("replication", "role").as_deref() == Some("master")
-        })
-        .expect("another master");
-    let slot = source.cmd::<i64>(&["CLUSTER", "KEYSLOT", &key(name)]).to_string();
-    let (source_id, target_id): (String, String) =
-        (source.cmd(&["CLUSTER", "MYID"]), target.cmd(&["CLUSTER", "MYID"]));
-    let _: String = target.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
-    let _: String = source.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
+    let moving = SlotMove::new(&cluster, cluster.master_of(&key(name)), &key(name));
+    let (source, target, slot) = (moving.source, moving.target, &moving.slot);
+    moving.begin();
     // The slot holds the lock's retained fence key: move it along.
-    let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    let keys = moving.keys();
     assert!(!keys.is_empty());
-    let port = target.port().to_string();
-    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-    migrate.extend(keys.iter().map(String::as_str));
-    let _: String = source.cmd(&migrate);
-    for n in [target, source] {
-        let _: String = n.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
-    }
+    moving.migrate(&keys);
+    moving.finish();
 
     // The pipeline goes to the old master (stale map), gets MOVED, and is resent whole to the
     // new one: the grant is there, and its replica had it when the grant was returned.
@@ -228,7 +206,7 @@ async fn a_moved_slot_takes_the_grant_and_its_wait_to_the_new_master() {
     let g = acked.lock(name, LockOptions::lease(Duration::from_secs(10))).unwrap().try_acquire().await;
     let g = g.unwrap().expect("granted on the new master");
     assert!(exists(target, name));
-    assert_eq!(source.cmd::<i64>(&["CLUSTER", "COUNTKEYSINSLOT", &slot]), 0);
+    assert_eq!(source.cmd::<i64>(&["CLUSTER", "COUNTKEYSINSLOT", slot]), 0);
     assert!(calls(source, "wait") > stale, "the first pipeline should have gone to the old master");
     assert!(calls(target, "wait") > waits, "the WAIT did not follow the grant to the new master");
     assert_eq!(replica_field(cluster.replica_of(target), name, "fence"), Some(g.fence().to_string()));

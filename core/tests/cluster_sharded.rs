@@ -13,19 +13,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::RedisServer;
-use ferrolock::{Client, ClientOptions, LockOptions};
+use common::cluster::{SlotMove, calls, key, opts};
+use ferrolock::{Client, LockOptions};
 use ferrolock_testkit::RedisCluster;
 use tokio::task::JoinHandle;
-
-fn opts() -> ClientOptions {
-    let mut o = ClientOptions::default();
-    o.response_timeout = Duration::from_millis(1000);
-    o
-}
-
-fn key(name: &str) -> String {
-    format!("ferrolock:{{{name}}}")
-}
 
 fn channel(name: &str) -> String {
     format!("{}:released", key(name))
@@ -49,10 +40,6 @@ async fn wait_for_subscribers(node: &RedisServer, name: &str, sharded: i64, what
         assert!(start.elapsed() < Duration::from_secs(10), "{what}: {:?}", subscribers(node, name));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    server.command_calls().get(command).copied().unwrap_or(0)
 }
 
 /// A waiter that acquires `name`, notes when, and releases at once (so that a woken control
@@ -129,27 +116,13 @@ async fn sharded_waiters_survive_a_slot_migration_and_a_failover() {
     let (on, off) = (waiter(&client, name), waiter(&control, name));
     let source = cluster.master_of(&key(name));
     wait_for_subscribers(source, name, 2, "both waiters subscribe on the source").await;
-    let target = cluster
-        .nodes
-        .iter()
-        .find(|n| {
-            n.port() != source.port() && n.info_field("replication", "role").as_deref() == Some("master")
-        })
-        .expect("another master");
-    let slot = source.cmd::<i64>(&["CLUSTER", "KEYSLOT", &key(name)]).to_string();
-    let (source_id, target_id): (String, String) =
-        (source.cmd(&["CLUSTER", "MYID"]), target.cmd(&["CLUSTER", "MYID"]));
-    let _: String = target.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]);
-    let _: String = source.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]);
-    let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    let moving = SlotMove::new(&cluster, source, &key(name));
+    let target = moving.target;
+    moving.begin();
+    let keys = moving.keys();
     assert!(keys.contains(&key(name)), "{keys:?}");
-    let port = target.port().to_string();
-    let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-    migrate.extend(keys.iter().map(String::as_str));
-    let _: String = source.cmd(&migrate);
-    for n in [target, source] {
-        let _: String = n.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
-    }
+    moving.migrate(&keys);
+    moving.finish();
     // The source dropped both sharded subscriptions; the client resubscribed on the target.
     wait_for_subscribers(target, name, 1, "no resubscription on the new owner").await;
     assert_eq!(subscribers(source, name).0, 0, "the source kept a subscription");

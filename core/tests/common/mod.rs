@@ -1,6 +1,8 @@
 #![allow(dead_code)]
 //! Shared helpers for the core's integration tests (real servers, never mocks).
 
+pub mod cluster;
+
 use std::time::Duration;
 
 use ferrolock::{Client, ClientOptions};
