@@ -17,116 +17,33 @@
 //!   the JS thread itself, that costs an eventfd write and read, not a thread switch.
 //! * A background thread drives the runtime whenever no JS thread does (renewals, release
 //!   notifications, calls while JS code runs): it steps off when a JS thread starts driving and
-//!   comes back once none has for [`IDLE`].
+//!   comes back once none has for `ferrolock::driver::IDLE` (core's [`Driver`]).
 
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, c_void};
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
+use ferrolock::driver::Driver;
 use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
 use napi::{Env, JsError, Status, sys};
 use tokio::io::unix::AsyncFd;
 
 use crate::reply::Reply;
 
-/// How long the background thread stays off the runtime after a JS thread started driving it:
-/// background work waits at most about twice this while JS code runs between calls.
-const IDLE: Duration = Duration::from_millis(1);
-
-struct Driver {
-    rt: tokio::runtime::Runtime,
-    state: Mutex<DriveState>,
-    /// Wakes the background thread while it is off the runtime.
-    idle: Condvar,
-    /// Makes the background thread get off the runtime.
-    step_off: tokio::sync::Notify,
-}
-
-#[derive(Debug, Default)]
-struct DriveState {
-    /// JS threads driving (or waiting to drive) the runtime now.
-    callers: usize,
-    /// Drives started so far (the background thread watches it move).
-    calls: u64,
-    /// The background thread is on the runtime (and has not been asked to step off).
-    bg_driving: bool,
-}
-
-impl Driver {
-    fn lock(&self) -> MutexGuard<'_, DriveState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Drive the runtime from this thread until `fut` completes.
-    fn drive<F: Future>(&self, fut: F) -> F::Output {
-        {
-            let mut st = self.lock();
-            st.callers += 1;
-            st.calls = st.calls.wrapping_add(1);
-            if st.bg_driving {
-                st.bg_driving = false;
-                self.step_off.notify_one();
-            }
-        }
-        struct Leave<'a>(&'a Driver);
-        impl Drop for Leave<'_> {
-            fn drop(&mut self) {
-                self.0.lock().callers -= 1;
-            }
-        }
-        let _leave = Leave(self);
-        self.rt.block_on(fut)
-    }
-
-    /// The background thread: drives the runtime whenever no JS thread does.
-    fn background(&'static self) {
-        let mut st = self.lock();
-        loop {
-            st.bg_driving = true;
-            drop(st);
-            self.rt.block_on(self.step_off.notified());
-            st = self.lock();
-            // A JS thread asked us off (and cleared `bg_driving`): come back once no drive has
-            // started for IDLE.
-            let mut seen = st.calls;
-            loop {
-                st = match self.idle.wait_timeout(st, IDLE) {
-                    Ok((g, _)) => g,
-                    Err(p) => p.into_inner().0,
-                };
-                if st.callers == 0 && st.calls == seen {
-                    break;
-                }
-                seen = st.calls;
-            }
-        }
-    }
-}
-
 static DRIVER: OnceLock<Result<&'static Driver, String>> = OnceLock::new();
 
+/// The addon's runtime (core's [`Driver`]). Calls are spawned on it uncounted
+/// (`runtime().spawn`): a JS thread drives them in [`on_prepare`], and the background thread
+/// picks them up only once no JS thread has driven for `IDLE`, so JS code running between
+/// calls does not pull it back on at once.
 fn driver() -> napi::Result<&'static Driver> {
     let d = DRIVER.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the tokio runtime: {e}"))?;
-        let d: &'static Driver = Box::leak(Box::new(Driver {
-            rt,
-            state: Mutex::new(DriveState::default()),
-            idle: Condvar::new(),
-            step_off: tokio::sync::Notify::new(),
-        }));
-        std::thread::Builder::new()
-            .name("ferrolock".into())
-            .spawn(move || d.background())
-            .map_err(|e| format!("cannot start the runtime thread: {e}"))?;
-        Ok(d)
+        Driver::start("ferrolock").map_err(|e| format!("cannot start the tokio runtime: {e}"))
     });
     d.clone().map_err(|e| napi::Error::new(Status::GenericFailure, e))
 }
@@ -346,7 +263,7 @@ unsafe extern "C" fn on_prepare(_handle: *mut c_void) {
 fn drive_until_work(el: &EnvLoop, d: &'static Driver, fd: RawFd, timeout: c_int) -> bool {
     let mut slot = el.uv_fd.borrow_mut();
     if slot.is_none() {
-        let _in = d.rt.enter();
+        let _in = d.runtime().enter();
         // SAFETY: libuv's epoll fd stays open while this loop lives, and the registration is
         // dropped at env teardown (`env_teardown`), before libuv closes the loop.
         match unsafe { AsyncFd::register_with_interest(UvFd(fd), tokio::io::Interest::READABLE) } {
@@ -548,7 +465,7 @@ where
         deferred: Some(SendDeferred(deferred)),
         _t: std::marker::PhantomData,
     };
-    d.rt.spawn(async move {
+    d.runtime().spawn(async move {
         let reply = fut.await;
         settle.send(reply);
     });

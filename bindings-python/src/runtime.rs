@@ -19,8 +19,9 @@
 use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+use ferrolock::driver::Driver;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -32,141 +33,23 @@ use crate::errors;
 /// look for signals (Ctrl-C).
 const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
-/// How long the background thread stays off the runtime after a sync call started (see
-/// [`ProcessRuntime`]): background work (renewals, undo of cancelled acquires) waits at most
-/// about twice this while sync calls come and go.
-const IDLE: Duration = Duration::from_millis(1);
-
-/// This process's runtime and who drives it.
+/// This process's runtime: a [`Driver`] (a current-thread runtime driven by the threads that
+/// wait on it), and the process it belongs to.
 ///
-/// The runtime is a current-thread one. A sync call drives it from the calling thread itself
-/// (`block_on`, GIL released): the connection's driver task runs right there, so a call costs
-/// one wait per round trip, like the async core, instead of a hop to a worker thread and one
-/// back (3 context switches per call on one core). Between calls a background thread drives
-/// it (watchdog renewals, release notifications, asyncio calls), but it does not sit on the
-/// runtime while sync calls keep coming: it gets off it when a sync call starts and comes back
-/// only once no sync call has started for [`IDLE`], or at once when detached work (an asyncio
-/// call, an abandoned grant) is pending and no sync caller is driving.
+/// A sync call drives the runtime from the calling thread itself (GIL released): the
+/// connection's driver task runs right there, so a call costs one wait per round trip, like the
+/// async core, instead of a hop to a worker thread and one back. Between calls the driver's
+/// background thread drives it (watchdog renewals, release notifications, asyncio calls spawned
+/// with [`Driver::spawn`]).
 pub struct ProcessRuntime {
     pid: u32,
-    rt: tokio::runtime::Runtime,
-    state: Mutex<DriveState>,
-    /// Wakes the background thread while it is off the runtime.
-    idle: Condvar,
-    /// Makes the background thread get off the runtime.
-    step_off: tokio::sync::Notify,
+    driver: &'static Driver,
 }
 
-#[derive(Debug, Default)]
-struct DriveState {
-    /// Sync calls inside `block_on` now.
-    callers: usize,
-    /// Sync calls started so far (the background thread watches it move).
-    calls: u64,
-    /// Spawned tasks still running that nobody drives with `block_on` (asyncio calls, ...).
-    detached: usize,
-    /// The background thread is on the runtime (and has not been asked to step off).
-    bg_driving: bool,
-    /// The background thread should come back now.
-    kicked: bool,
-}
-
-impl ProcessRuntime {
-    fn lock(&self) -> MutexGuard<'_, DriveState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Drive the runtime from this thread until `fut` completes (call with the GIL released).
-    fn drive<F: Future>(&self, fut: F) -> F::Output {
-        {
-            let mut st = self.lock();
-            st.callers += 1;
-            st.calls = st.calls.wrapping_add(1);
-            if st.bg_driving {
-                st.bg_driving = false;
-                self.step_off.notify_one();
-            }
-        }
-        struct Leave<'a>(&'a ProcessRuntime);
-        impl Drop for Leave<'_> {
-            fn drop(&mut self) {
-                let mut st = self.0.lock();
-                st.callers -= 1;
-                if st.callers == 0 && st.detached > 0 {
-                    st.kicked = true;
-                    self.0.idle.notify_one();
-                }
-            }
-        }
-        let _leave = Leave(self);
-        self.rt.block_on(fut)
-    }
-
-    /// Spawn work nobody waits for with `block_on`; the background thread drives it.
-    pub fn spawn<F>(&'static self, fut: F) -> tokio::task::JoinHandle<F::Output>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        struct Done(&'static ProcessRuntime);
-        impl Drop for Done {
-            fn drop(&mut self) {
-                self.0.lock().detached -= 1;
-            }
-        }
-        {
-            let mut st = self.lock();
-            st.detached += 1;
-            if st.callers == 0 && !st.bg_driving {
-                st.kicked = true;
-                self.idle.notify_one();
-            }
-        }
-        let done = Done(self);
-        self.rt.spawn(async move {
-            let _done = done;
-            fut.await
-        })
-    }
-
-    /// Have the background thread come back to the runtime now if nobody drives it (work was
-    /// handed to the runtime outside [`ProcessRuntime::spawn`]).
-    pub fn kick(&self) {
-        let mut st = self.lock();
-        if st.callers == 0 && !st.bg_driving {
-            st.kicked = true;
-            self.idle.notify_one();
-        }
-    }
-
-    /// The runtime (for `enter` and `spawn_blocking`; spawn tasks with [`ProcessRuntime::spawn`]).
-    pub fn tokio(&self) -> &tokio::runtime::Runtime {
-        &self.rt
-    }
-
-    /// The background thread: drives the runtime whenever no sync call does.
-    fn background(&'static self) {
-        let mut st = self.lock();
-        loop {
-            st.bg_driving = true;
-            drop(st);
-            self.rt.block_on(self.step_off.notified());
-            st = self.lock();
-            // A sync call asked us off (and cleared `bg_driving`). Come back once none has
-            // started for IDLE, or at once for detached work when no caller drives it.
-            let mut seen = st.calls;
-            loop {
-                st = match self.idle.wait_timeout(st, IDLE) {
-                    Ok((g, _)) => g,
-                    Err(p) => p.into_inner().0,
-                };
-                if st.callers == 0 && (st.kicked || st.detached > 0 || st.calls == seen) {
-                    st.kicked = false;
-                    break;
-                }
-                seen = st.calls;
-            }
-        }
+impl std::ops::Deref for ProcessRuntime {
+    type Target = Driver;
+    fn deref(&self) -> &Driver {
+        self.driver
     }
 }
 
@@ -182,29 +65,13 @@ pub fn runtime(py: Python<'_>) -> PyResult<&'static ProcessRuntime> {
     {
         return Ok(p);
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .thread_name("ferrolock-py")
-        .enable_all()
-        .build()
+    let driver = Driver::start("ferrolock-py")
         .map_err(|e| errors::internal(py, &format!("cannot start the tokio runtime: {e}")))?;
-    let new: &'static mut ProcessRuntime = Box::leak(Box::new(ProcessRuntime {
-        pid,
-        rt,
-        state: Mutex::new(DriveState::default()),
-        idle: Condvar::new(),
-        step_off: tokio::sync::Notify::new(),
-    }));
+    let new: &'static mut ProcessRuntime = Box::leak(Box::new(ProcessRuntime { pid, driver }));
     let new_ptr: *mut ProcessRuntime = new;
     match RUNTIME.compare_exchange(cur, new_ptr, Ordering::AcqRel, Ordering::Acquire) {
         // The inherited runtime (if any) is leaked on purpose: its threads are the parent's.
-        Ok(_) => {
-            let prt: &'static ProcessRuntime = new;
-            std::thread::Builder::new()
-                .name("ferrolock-py".into())
-                .spawn(move || prt.background())
-                .map_err(|e| errors::internal(py, &format!("cannot start the runtime thread: {e}")))?;
-            Ok(prt)
-        }
+        Ok(_) => Ok(new),
         Err(other) => {
             // Another thread won the race: use its runtime; ours is leaked unused (rare, bounded).
             // SAFETY: as above.
@@ -287,7 +154,7 @@ where
                 if let Err(e) = py.check_signals() {
                     // Dropping the core future cancels it (the core undoes a half-done acquire,
                     // on the runtime: let the background thread drive that at once).
-                    let entered = prt.tokio().enter();
+                    let entered = prt.runtime().enter();
                     drop(fut);
                     drop(entered);
                     prt.kick();

@@ -39,6 +39,7 @@
 
 pub mod blocking;
 mod client;
+pub mod driver;
 #[cfg(feature = "cluster")]
 mod cluster;
 #[cfg(feature = "cluster")]

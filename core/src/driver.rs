@@ -1,0 +1,216 @@
+//! A current-thread tokio runtime driven by the threads that wait on it.
+//!
+//! This is what the blocking facade, the Python binding and the Node addon run on. A caller
+//! that would otherwise sleep until its call completes drives the runtime itself
+//! ([`Driver::drive`], tokio's `block_on`): the connection's driver task, which does the socket
+//! I/O, runs right there, so a call costs one wait per round trip, like the async API. Spawning
+//! the call onto a worker and waiting for its result costs a hop there and one back (3 context
+//! switches per call on one core); running the future on the caller's thread while another
+//! thread drives the connection costs two hops per round trip.
+//!
+//! Between calls a background thread drives the runtime (watchdog renewals, release
+//! notifications, work handed over with [`Driver::spawn`]). It does not sit on the runtime while
+//! calls keep coming: it steps off when a caller starts driving and comes back once no drive
+//! has started for [`IDLE`], or at once when counted work ([`Driver::spawn`], [`Driver::kick`])
+//! is pending and no caller drives. In a loop of calls it wakes once per millisecond instead of
+//! twice per call.
+
+use std::future::Future;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// How long the background thread stays off the runtime after a drive started: background work
+/// waits at most about twice this while calls come and go.
+pub const IDLE: Duration = Duration::from_millis(1);
+
+/// A current-thread runtime, its background thread, and who drives it now.
+///
+/// Built with [`Driver::start`], which leaks it: the background thread lives as long as the
+/// process (or, after `fork()`, is simply absent in the child: a binding that can be forked
+/// builds a new driver there and leaks the inherited one).
+pub struct Driver {
+    rt: tokio::runtime::Runtime,
+    state: Mutex<DriveState>,
+    /// Wakes the background thread while it is off the runtime.
+    idle: Condvar,
+    /// Makes the background thread get off the runtime.
+    step_off: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct DriveState {
+    /// Threads inside [`Driver::drive`] now.
+    callers: usize,
+    /// Drives started so far (the background thread watches it move).
+    calls: u64,
+    /// Tasks from [`Driver::spawn`] still running (nobody drives them with `drive`).
+    detached: usize,
+    /// The background thread is on the runtime (and has not been asked to step off).
+    bg_driving: bool,
+    /// The background thread should come back now.
+    kicked: bool,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").field("state", &*self.lock()).finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    /// Build the runtime and start its background thread (named `thread_name`). The driver is
+    /// leaked: it lives as long as the process.
+    pub fn start(thread_name: &str) -> std::io::Result<&'static Driver> {
+        let rt =
+            tokio::runtime::Builder::new_current_thread().thread_name(thread_name).enable_all().build()?;
+        let d: &'static Driver = Box::leak(Box::new(Driver {
+            rt,
+            state: Mutex::new(DriveState::default()),
+            idle: Condvar::new(),
+            step_off: tokio::sync::Notify::new(),
+        }));
+        std::thread::Builder::new().name(thread_name.to_owned()).spawn(move || d.background())?;
+        Ok(d)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DriveState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drive the runtime from this thread until `fut` completes. Must not be called from inside
+    /// a tokio runtime (tokio panics): use [`Driver::spawn`] and wait for the task there.
+    pub fn drive<F: Future>(&self, fut: F) -> F::Output {
+        {
+            let mut st = self.lock();
+            st.callers += 1;
+            st.calls = st.calls.wrapping_add(1);
+            if st.bg_driving {
+                st.bg_driving = false;
+                self.step_off.notify_one();
+            }
+        }
+        struct Leave<'a>(&'a Driver);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                let mut st = self.0.lock();
+                st.callers -= 1;
+                if st.callers == 0 && st.detached > 0 {
+                    st.kicked = true;
+                    self.0.idle.notify_one();
+                }
+            }
+        }
+        let _leave = Leave(self);
+        self.rt.block_on(fut)
+    }
+
+    /// Spawn work nobody drives with [`Driver::drive`]: the background thread comes back for it
+    /// at once when no caller drives the runtime.
+    ///
+    /// Tasks spawned on [`Driver::runtime`] directly run too, but only when a caller or the
+    /// background thread happens to drive (within about 2 × [`IDLE`] while drives keep coming).
+    pub fn spawn<F>(&'static self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        struct Done(&'static Driver);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.lock().detached -= 1;
+            }
+        }
+        {
+            let mut st = self.lock();
+            st.detached += 1;
+            if st.callers == 0 && !st.bg_driving {
+                st.kicked = true;
+                self.idle.notify_one();
+            }
+        }
+        let done = Done(self);
+        self.rt.spawn(async move {
+            let _done = done;
+            fut.await
+        })
+    }
+
+    /// Spawn `fut` ([`Driver::spawn`]) and block this thread until it completes; `None` if the
+    /// task panicked or was aborted. For threads inside another runtime, which cannot drive.
+    pub fn spawn_and_wait<F>(&'static self, fut: F) -> Option<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv().ok()
+    }
+
+    /// Have the background thread come back to the runtime now if nobody drives it (work was
+    /// handed to the runtime some other way than [`Driver::spawn`], such as a dropped future
+    /// whose cleanup spawns a task).
+    pub fn kick(&self) {
+        let mut st = self.lock();
+        if st.callers == 0 && !st.bg_driving {
+            st.kicked = true;
+            self.idle.notify_one();
+        }
+    }
+
+    /// The runtime (for `enter`, `spawn_blocking`, and tasks that need no prompt start).
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
+    /// The background thread: drives the runtime whenever no caller does.
+    fn background(&'static self) {
+        let mut st = self.lock();
+        loop {
+            st.bg_driving = true;
+            drop(st);
+            self.rt.block_on(self.step_off.notified());
+            st = self.lock();
+            // A caller asked us off (and cleared `bg_driving`). Come back once no drive has
+            // started for IDLE, or at once for counted work when no caller drives.
+            let mut seen = st.calls;
+            loop {
+                st = match self.idle.wait_timeout(st, IDLE) {
+                    Ok((g, _)) => g,
+                    Err(p) => p.into_inner().0,
+                };
+                if st.callers == 0 && (st.kicked || st.detached > 0 || st.calls == seen) {
+                    st.kicked = false;
+                    break;
+                }
+                seen = st.calls;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drive_spawn_and_wait_and_background_work_all_complete() {
+        let d = Driver::start("ferrolock-test").expect("driver");
+        assert_eq!(d.drive(async { 6 * 7 }), 42);
+        // Spawned work runs with nobody driving: the background thread comes back for it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        d.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            tx.send(1).unwrap();
+        });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(1));
+        // From inside another runtime, spawn and wait instead of driving.
+        let other = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let got = other.block_on(async { d.spawn_and_wait(async { "done" }) });
+        assert_eq!(got, Some("done"));
+        // A panicking task yields None rather than hanging the waiter.
+        assert_eq!(d.spawn_and_wait(async { panic!("boom") as u8 }), None);
+    }
+}
