@@ -452,6 +452,130 @@ fn leaked_lock_ms(kills: &[(u64, u64)], segs: &[Seg], quorum: usize, observed_un
     out
 }
 
+/// A state the probe is certain of on one master: `[from, to)` and the change line showing it.
+type Certain<'a> = (u64, u64, &'a Obs);
+
+/// A lost Redlock hold as the probe proves it: the first instant at which enough masters were
+/// certainly not holding it, and those masters.
+#[derive(Clone, Debug, PartialEq)]
+struct QuorumLoss {
+    at: u64,
+    nodes: Vec<u64>,
+}
+
+/// Redlock ground truth of lost holds (`masters` > 1): a critical section's hold is lost when,
+/// at some instant in `[t_ok, t_end]` (grant to release invoked), at least `masters - quorum +
+/// 1` masters were certainly not holding it, so fewer than a quorum held it and another client
+/// could take the lock.
+///
+/// Only what the probe saw counts, never the gaps between its polls. It writes change lines
+/// only, so the state a change line `L` shows is certain from `L.t_recv` until the `t_prev`
+/// (send time of the last poll that still saw it) of the master's next change line; when that
+/// line has no `t_prev` (a reconnect: the server was down or unreachable), from `L.t_recv` to
+/// `L.t_recv`, i.e. not at all. A master's last state is certain until `observed_until` (the
+/// probes stop after every client has ended).
+///
+/// A master is not holding when its key is absent, or held with another fence *and* another
+/// owner. The hold's owners are the owner tokens seen with its fence on any master (a master
+/// the fence write-back missed shows the owner with another fence: that is still this hold);
+/// if the probe never saw the fence, those of every fence of the same process (one lock handle
+/// per client process); if none is known, only an absent key counts. A line without an owner
+/// (probes of older runs) counts as holding unless the key is absent.
+fn quorum_lost(
+    cs: &[Cs],
+    probes: &[Obs],
+    masters: usize,
+    quorum: usize,
+    observed_until: u64,
+) -> BTreeMap<usize, QuorumLoss> {
+    let mut out = BTreeMap::new();
+    let need = (masters + 1).saturating_sub(quorum);
+    if need == 0 {
+        return out;
+    }
+    // Certain states per master: (from, to, line), disjoint and in time order.
+    let mut lines: BTreeMap<u64, Vec<&Obs>> = BTreeMap::new();
+    for o in probes {
+        lines.entry(o.node).or_default().push(o);
+    }
+    let certain: Vec<(u64, Vec<Certain>)> = lines
+        .into_iter()
+        .map(|(node, ls)| {
+            let mut v = Vec::new();
+            for (i, l) in ls.iter().enumerate() {
+                let from = l.t_recv;
+                let to = match ls.get(i + 1) {
+                    Some(next) => next.t_prev.unwrap_or(from),
+                    None => observed_until,
+                };
+                if to > from {
+                    v.push((from, to, *l));
+                }
+            }
+            (node, v)
+        })
+        .collect();
+    // Owner tokens of each fence, and of each process's fences.
+    let mut fence_owners: HashMap<u64, HashSet<&str>> = HashMap::new();
+    for o in probes {
+        if let (Some(f), Some(ow)) = (o.fence, o.owner.as_deref()) {
+            fence_owners.entry(f).or_default().insert(ow);
+        }
+    }
+    let mut proc_owners: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for c in cs {
+        if let Some(os) = fence_owners.get(&c.fence) {
+            proc_owners.entry(&c.process).or_default().extend(os.iter().copied());
+        }
+    }
+    let empty = HashSet::new();
+    for (i, c) in cs.iter().enumerate() {
+        if c.t_end <= c.t_ok {
+            continue;
+        }
+        let owners =
+            fence_owners.get(&c.fence).or_else(|| proc_owners.get(c.process.as_str())).unwrap_or(&empty);
+        let not_holding = |o: &Obs| match o.fence {
+            None => true,
+            Some(f) => {
+                f != c.fence
+                    && o.owner.as_deref().is_some_and(|ow| !owners.is_empty() && !owners.contains(ow))
+            }
+        };
+        // Clipped intervals [from, to) in which a master was certainly not holding.
+        let mut edges: Vec<(u64, bool, u64)> = Vec::new(); // (time, starts, node)
+        for (node, v) in &certain {
+            let first = v.partition_point(|(_, to, _)| *to <= c.t_ok);
+            for (from, to, o) in v[first..].iter().take_while(|(from, _, _)| *from < c.t_end) {
+                let (a, b) = ((*from).max(c.t_ok), (*to).min(c.t_end));
+                if a < b && not_holding(o) {
+                    edges.push((a, true, *node));
+                    edges.push((b, false, *node));
+                }
+            }
+        }
+        // Ends sort before starts at the same instant: intervals that only touch never count.
+        edges.sort_unstable();
+        let mut now: Vec<u64> = Vec::new();
+        for (t, starts, node) in edges {
+            if !starts {
+                if let Some(k) = now.iter().position(|n| *n == node) {
+                    now.swap_remove(k);
+                }
+                continue;
+            }
+            now.push(node);
+            if now.len() >= need {
+                let mut nodes = now.clone();
+                nodes.sort_unstable();
+                out.insert(i, QuorumLoss { at: t, nodes });
+                break;
+            }
+        }
+    }
+    out
+}
+
 /// Everything the checker concludes about one run directory.
 pub fn check_run(dir: &Path) -> Value {
     let cfg: Value = std::fs::read_to_string(dir.join("run.json"))
@@ -610,8 +734,24 @@ pub fn check_run(dir: &Path) -> Value {
     probes.sort_by_key(|o| (o.t_send, o.node));
     let segs = hold_segments(&probes);
     let validity_err = sorted(validity_errors(&cs, &segs, quorum as usize));
+    // The end of observation: the probes stop after every client has ended.
+    let observed_until = events.iter().map(|e| e.t).max().unwrap_or(0);
+    // Ground truth of lost holds besides overlaps, from the probe (see `quorum_lost` for Redlock).
     let mut key_gone_while_held: HashSet<usize> = HashSet::new();
-    if masters == 1 {
+    let mut quorum_losses: BTreeMap<usize, QuorumLoss> = BTreeMap::new();
+    // Probes of older runs (no `t_prev_send`) make no Redlock state certain: overlaps only.
+    let ground_truth_rule = if probes.is_empty() || (masters > 1 && probes.iter().all(|o| o.t_prev.is_none()))
+    {
+        "overlap-only"
+    } else if masters == 1 {
+        "probe-single"
+    } else {
+        "probe-quorum"
+    };
+    if masters > 1 {
+        quorum_losses = quorum_lost(&cs, &probes, masters as usize, quorum as usize, observed_until);
+        key_gone_while_held.extend(quorum_losses.keys().copied());
+    } else {
         for (i, c) in cs.iter().enumerate() {
             // Ground truth of a lost hold: the key was seen gone or owned by another fence after
             // the grant and before the holder invoked its release.
@@ -634,13 +774,38 @@ pub fn check_run(dir: &Path) -> Value {
         .collect();
     let truth: HashSet<usize> =
         overlapping.iter().copied().chain(key_gone_while_held.iter().copied()).collect();
-    let truth_alive: Vec<usize> = truth.iter().copied().filter(|&i| !cs[i].crashed).collect();
+    let mut truth_alive: Vec<usize> = truth.iter().copied().filter(|&i| !cs[i].crashed).collect();
+    truth_alive.sort_unstable();
+    let overlapping_set: HashSet<usize> = overlapping.iter().copied().collect();
+    let truth_by_overlap = truth_alive.iter().filter(|i| overlapping_set.contains(i)).count();
+    let truth_by_probe = truth_alive.iter().filter(|i| key_gone_while_held.contains(i)).count();
     let notified = truth_alive.iter().filter(|&&i| cs[i].lost_t.is_some()).count();
     let missed: Vec<Value> = truth_alive
         .iter()
         .filter(|&&i| cs[i].lost_t.is_none())
-        .map(|&i| json!({"process": cs[i].process, "fence": cs[i].fence, "t_ok": cs[i].t_ok, "t_end": cs[i].t_end}))
+        .map(|&i| {
+            let c = &cs[i];
+            let mut m = json!({"process": c.process, "pid": c.pid, "fence": c.fence, "t_ok": c.t_ok, "t_end": c.t_end,
+                               "rel": c.rel_ty, "by_overlap": overlapping_set.contains(&i),
+                               "by_probe": key_gone_while_held.contains(&i)});
+            if let Some(q) = quorum_losses.get(&i) {
+                m["probe_at"] = json!(q.at);
+                m["masters_not_holding"] = json!(q.nodes);
+            }
+            m
+        })
         .take(10)
+        .collect();
+    // The Redlock losses the probe proves, for a reader to check (the first few).
+    let probe_examples: Vec<Value> = quorum_losses
+        .iter()
+        .take(5)
+        .map(|(&i, q)| {
+            let c = &cs[i];
+            json!({"process": c.process, "fence": c.fence, "t_ok": c.t_ok, "t_end": c.t_end, "at": q.at,
+                   "masters_not_holding": q.nodes, "lost_t": c.lost_t, "crashed": c.crashed,
+                   "by_overlap": overlapping_set.contains(&i)})
+        })
         .collect();
     let mut latency: Vec<f64> = Vec::new();
     for &i in &truth_alive {
@@ -703,7 +868,6 @@ pub fn check_run(dir: &Path) -> Value {
         .filter(|n| s(n, "fault").as_deref() == Some("kill_holder"))
         .filter_map(|n| Some((u(n, "t_mono_ns")?, u(n, "fence")?)))
         .collect();
-    let observed_until = events.iter().map(|e| e.t).max().unwrap_or(0);
     let leaked = leaked_lock_ms(&kills_fenced, &segs, quorum as usize, observed_until);
     let leaked = sorted(leaked);
 
@@ -773,10 +937,13 @@ pub fn check_run(dir: &Path) -> Value {
         "validity_error_ms": {"max": validity_err.last().copied().map(round), "p50": pct(&validity_err, 50.0).map(round), "samples": validity_err.len()},
         "lost_notifications": {
             "ground_truth": truth_alive.len(), "notified": notified, "recall": round(recall),
+            "ground_truth_rule": ground_truth_rule,
+            "ground_truth_by_overlap": truth_by_overlap, "ground_truth_by_probe": truth_by_probe,
             "latency_ms_p50": pct(&latency, 50.0).map(round), "latency_ms_max": latency.last().copied().map(round),
             "false_positives": false_pos,
             "false_positive_rate": round(false_pos as f64 / cs.len().max(1) as f64),
             "missed_examples": missed,
+            "probe_quorum_examples": probe_examples,
         },
         "cancelled_acquires": cancelled,
         "hold_without_holder_ms": {
@@ -1156,5 +1323,159 @@ mod tests {
         // A hold never seen gone counts until the end of the observation.
         let segs = hold_segments(&probes[..4]);
         assert_eq!(leaked_lock_ms(&[(300_000_000, 100)], &segs, 1, 2_000_000_000), vec![1700.0]);
+    }
+
+    /// `quorum_lost` on probe lines in any order (sorted here as `check_run` sorts them), for
+    /// critical sections of process "a", observed until 1000 ms.
+    fn lost(probes: &[Obs], cs_: &[Cs], masters: usize, quorum: usize) -> BTreeMap<usize, QuorumLoss> {
+        let mut probes = probes.to_vec();
+        probes.sort_by_key(|o| (o.t_send, o.node));
+        quorum_lost(cs_, &probes, masters, quorum, 1_000_000_000)
+    }
+
+    const fn ms(x: u64) -> u64 {
+        x * 1_000_000
+    }
+
+    #[test]
+    fn redlock_loss_needs_fewer_than_a_quorum_holding() {
+        // 3 masters, quorum 2: lost once 2 are certainly not holding at the same time.
+        let probes = [
+            ob(0, 10, Some(100), "a", 1000),
+            ob(1, 10, Some(100), "a", 1000),
+            ob(2, 10, Some(100), "a", 1000),
+            // Node 0: expired (absent from 201 ms); node 1: another owner's grant from 301 ms.
+            ob(0, 200, None, "", -2),
+            ob(1, 300, Some(101), "b", 1000),
+        ];
+        let a = [cs("a", 100, ms(5), ms(20), ms(500), ms(501))];
+        let want = QuorumLoss { at: ms(301), nodes: vec![0, 1] };
+        assert_eq!(lost(&probes, &a, 3, 2), BTreeMap::from([(0, want)]));
+        // Released (invoked) at 290 ms: only node 0 had gone by then.
+        let a = [cs("a", 100, ms(5), ms(20), ms(290), ms(291))];
+        assert!(lost(&probes, &a, 3, 2).is_empty());
+
+        // 5 masters, quorum 3: two gone is not a loss, three is.
+        let probes = [
+            ob(0, 10, Some(100), "a", 1000),
+            ob(1, 10, Some(100), "a", 1000),
+            ob(2, 10, Some(100), "a", 1000),
+            ob(3, 10, Some(100), "a", 1000),
+            ob(4, 10, Some(100), "a", 1000),
+            ob(0, 200, None, "", -2),
+            ob(1, 300, Some(101), "b", 1000),
+            ob(2, 350, None, "", -2),
+        ];
+        let a = [cs("a", 100, ms(5), ms(20), ms(340), ms(341))];
+        assert!(lost(&probes, &a, 5, 3).is_empty());
+        let a = [cs("a", 100, ms(5), ms(20), ms(500), ms(501))];
+        let want = QuorumLoss { at: ms(351), nodes: vec![0, 1, 2] };
+        assert_eq!(lost(&probes, &a, 5, 3), BTreeMap::from([(0, want)]));
+    }
+
+    #[test]
+    fn redlock_one_master_of_three_gone_is_not_a_loss() {
+        let probes = [
+            ob(0, 10, Some(100), "a", 1000),
+            ob(1, 10, Some(100), "a", 1000),
+            ob(2, 10, Some(100), "a", 1000),
+            // Node 0 restarted empty, then another owner took it: never back to "a".
+            ob(0, 200, None, "", -2),
+            ob(0, 300, Some(101), "b", 1000),
+        ];
+        let a = [cs("a", 100, ms(5), ms(20), ms(900), ms(901))];
+        assert!(lost(&probes, &a, 3, 2).is_empty());
+    }
+
+    #[test]
+    fn redlock_masters_gone_at_different_times_are_not_a_loss() {
+        let probes = [
+            ob(0, 10, Some(100), "a", 1000),
+            ob(1, 10, Some(100), "a", 1000),
+            ob(2, 10, Some(100), "a", 1000),
+            // Node 0 not holding from 201 to 295 ms (its next change's previous poll), then the
+            // hold back; node 1 not holding from 401 ms on.
+            ob(0, 200, None, "", -2),
+            ob(0, 300, Some(100), "a", 700),
+            ob(1, 400, None, "", -2),
+        ];
+        let a = [cs("a", 100, ms(5), ms(20), ms(900), ms(901))];
+        assert!(lost(&probes, &a, 3, 2).is_empty());
+        // Node 0's hold back only at 450 ms (its previous poll sent at 445): overlapping gaps.
+        let mut p = probes.to_vec();
+        p[4] = ob(0, 450, Some(100), "a", 700);
+        let want = QuorumLoss { at: ms(401), nodes: vec![0, 1] };
+        assert_eq!(lost(&p, &a, 3, 2), BTreeMap::from([(0, want)]));
+    }
+
+    #[test]
+    fn redlock_gaps_between_polls_invent_no_loss() {
+        // Node 0 never held this grant (it was granted by nodes 1 and 2, quorum 2 of 3).
+        let base = [ob(0, 5, None, "", -2), ob(1, 10, Some(100), "a", 1000), ob(2, 10, Some(100), "a", 1000)];
+        let a = [cs("a", 100, ms(5), ms(20), ms(400), ms(401))];
+        assert!(lost(&base, &a, 3, 2).is_empty());
+        // A starved probe: node 1's last poll that saw the hold was sent at 250 ms, the next one
+        // at 300 ms was answered only at 450 ms (key gone). The change happened somewhere in
+        // (250, 450]: certain only from 450 ms, after the release was invoked (400 ms).
+        let mut p = base.to_vec();
+        p.push(Obs { t_send: ms(300), t_recv: ms(450), t_prev: Some(ms(250)), ..ob(1, 300, None, "", -2) });
+        assert!(lost(&p, &a, 3, 2).is_empty());
+        // Answered at 350 ms instead: certain from then on, a real loss.
+        p[3].t_recv = ms(350);
+        assert_eq!(lost(&p, &a, 3, 2), BTreeMap::from([(0, QuorumLoss { at: ms(350), nodes: vec![0, 1] })]));
+        // Node 2's key seen gone at 100 ms, then the probe lost its connection and came back at
+        // 600 ms (a line without t_prev): the absence is certain for no time at all, since the
+        // last poll before the break is unknown.
+        let mut p = base.to_vec();
+        p.push(ob(2, 100, None, "", -2));
+        p.push(Obs { t_prev: None, ..ob(2, 600, None, "", -2) });
+        assert!(lost(&p, &a, 3, 2).is_empty());
+        // A change line at 200 ms (another owner's grant) whose previous poll, sent at 195 ms,
+        // still saw the key gone: the absence is certain from 101 to 195 ms, a loss at 101 ms.
+        p.push(ob(2, 200, Some(103), "c", 1000));
+        p.sort_by_key(|o| (o.t_send, o.node));
+        assert_eq!(lost(&p, &a, 3, 2), BTreeMap::from([(0, QuorumLoss { at: ms(101), nodes: vec![0, 2] })]));
+    }
+
+    #[test]
+    fn redlock_owner_with_another_fence_is_still_holding() {
+        let probes = |node2_owner: &str| {
+            [
+                ob(0, 10, Some(100), "a", 1000),
+                ob(1, 10, Some(100), "a", 1000),
+                // Node 2: this grant's owner with the fence node 2 issued (write-back missed).
+                ob(2, 10, Some(99), node2_owner, 1000),
+                ob(0, 200, None, "", -2),
+            ]
+        };
+        let a = [cs("a", 100, ms(5), ms(20), ms(500), ms(501))];
+        assert!(lost(&probes("a"), &a, 3, 2).is_empty());
+        // Another owner's hold with fence 99 on node 2: fewer than a quorum held it from 201 ms.
+        let want = QuorumLoss { at: ms(201), nodes: vec![0, 2] };
+        assert_eq!(lost(&probes("b"), &a, 3, 2), BTreeMap::from([(0, want)]));
+        // This hold's fence under another owner (a fence reissued after a restart without
+        // persistence) proves no loss either: every owner seen with the fence counts as its own.
+        let mut p = probes("b").to_vec();
+        p[2].fence = Some(100);
+        assert!(lost(&p, &a, 3, 2).is_empty());
+        // Fence 100 never seen by the probe (every master still shows the fence it issued):
+        // the owner comes from the process's earlier grant (fence 90, seen on node 0)...
+        let unseen = |node2_owner: &str| {
+            let mut p = probes(node2_owner).to_vec();
+            p[0].fence = Some(98);
+            p[1].fence = Some(98);
+            p
+        };
+        let with_earlier = |node2_owner: &str| {
+            let mut p = unseen(node2_owner);
+            p.push(ob(0, 1, Some(90), "a", 1000));
+            p
+        };
+        let two = [cs("a", 90, 0, ms(1), ms(2), ms(3)), cs("a", 100, ms(5), ms(20), ms(500), ms(501))];
+        assert!(lost(&with_earlier("a"), &two, 3, 2).is_empty());
+        let want = QuorumLoss { at: ms(201), nodes: vec![0, 2] };
+        assert_eq!(lost(&with_earlier("b"), &two, 3, 2), BTreeMap::from([(1, want)]));
+        // ... and with no owner known at all, only an absent key counts as not holding.
+        assert!(lost(&unseen("b"), &a, 3, 2).is_empty());
     }
 }
