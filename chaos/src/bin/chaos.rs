@@ -1336,7 +1336,12 @@ fn report(suite: &Value) -> String {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "| scenario | run | pass | acq ok/fail/info | overlapping CS (double grants) | prevented | undetected | fence dup/inv | min validity ms | validity err max ms | lost recall (n) | lost FP | renew after release | leaked max ms | handoff p50/p99 ms | acq/s per language |"
+        "Lost-lock ground truth: overlapped critical sections, plus holds the probe proves lost between grant and release: `probe-single` (one master: the key seen gone or with another fence), `probe-quorum` (Redlock: at some instant at least N − quorum + 1 masters certainly not holding it), `overlap-only` (no probe data)."
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "| scenario | run | pass | acq ok/fail/info | overlapping CS (double grants) | prevented | undetected | fence dup/inv | min validity ms | validity err max ms | lost recall (n, ground truth) | lost FP | renew after release | leaked max ms | handoff p50/p99 ms | acq/s per language |"
     );
     let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in suite["runs"].as_array().into_iter().flatten() {
@@ -1360,7 +1365,7 @@ fn report(suite: &Value) -> String {
             .collect();
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {}/{}/{} | {} ({}) | {} | {} | {}/{} | {} | {} | {} ({}) | {} | {} | {} | {}/{} | {} |",
+            "| {} | {} | {} | {}/{}/{} | {} ({}) | {} | {} | {}/{} | {} | {} | {} ({}, {}) | {} | {} | {} | {}/{} | {} |",
             r["scenario"].as_str().unwrap_or(""),
             if r["control"].as_bool() == Some(true) { "control" } else { "fenced" },
             if r["pass"].as_bool() == Some(true) { "✅" } else { "❌" },
@@ -1377,6 +1382,7 @@ fn report(suite: &Value) -> String {
             num(&f["validity_error_ms"]["max"]),
             f["lost_notifications"]["recall"],
             f["lost_notifications"]["ground_truth"],
+            f["lost_notifications"]["ground_truth_rule"].as_str().unwrap_or("?"),
             f["lost_notifications"]["false_positives"],
             f["renewals_after_release"],
             num(&f["leaked_lock_ms"]["max"]),
