@@ -452,7 +452,8 @@ fn leaked_lock_ms(kills: &[(u64, u64)], segs: &[Seg], quorum: usize, observed_un
     out
 }
 
-/// A state the probe is certain of on one master: `[from, to)` and the change line showing it.
+/// One master's change line and the interval `[from, to)` its state is certain (empty when
+/// `to <= from`).
 type Certain<'a> = (u64, u64, &'a Obs);
 
 /// A lost Redlock hold as the probe proves it: the first instant at which enough masters were
@@ -473,7 +474,10 @@ struct QuorumLoss {
 /// (send time of the last poll that still saw it) of the master's next change line; when that
 /// line has no `t_prev` (a reconnect: the server was down or unreachable), from `L.t_recv` to
 /// `L.t_recv`, i.e. not at all. A master's last state is certain until `observed_until` (the
-/// probes stop after every client has ended).
+/// probes stop after every client has ended). A state is also known at the instant its line's
+/// poll read it, somewhere in `[L.t_send, L.t_recv]`: such a read within the hold counts when
+/// enough other masters were certainly not holding all through that window (a state seen by
+/// one poll only is certain for no interval, yet it is proof at its read).
 ///
 /// A master is not holding when its key is absent, or held with another fence *and* another
 /// owner. The hold's owners are the owner tokens seen with its fence on any master (a master
@@ -493,12 +497,13 @@ fn quorum_lost(
     if need == 0 {
         return out;
     }
-    // Certain states per master: (from, to, line), disjoint and in time order.
+    // Per master, every change line with the interval its state is certain: [from, to), empty
+    // when `to <= from` (seen by one poll only, or followed by a reconnect).
     let mut lines: BTreeMap<u64, Vec<&Obs>> = BTreeMap::new();
     for o in probes {
         lines.entry(o.node).or_default().push(o);
     }
-    let certain: Vec<(u64, Vec<Certain>)> = lines
+    let states: Vec<(u64, Vec<Certain>)> = lines
         .into_iter()
         .map(|(node, ls)| {
             let mut v = Vec::new();
@@ -508,9 +513,7 @@ fn quorum_lost(
                     Some(next) => next.t_prev.unwrap_or(from),
                     None => observed_until,
                 };
-                if to > from {
-                    v.push((from, to, *l));
-                }
+                v.push((from, to, *l));
             }
             (node, v)
         })
@@ -542,19 +545,31 @@ fn quorum_lost(
                     && o.owner.as_deref().is_some_and(|ow| !owners.is_empty() && !owners.contains(ow))
             }
         };
-        // Clipped intervals [from, to) in which a master was certainly not holding.
-        let mut edges: Vec<(u64, bool, u64)> = Vec::new(); // (time, starts, node)
-        for (node, v) in &certain {
-            let first = v.partition_point(|(_, to, _)| *to <= c.t_ok);
-            for (from, to, o) in v[first..].iter().take_while(|(from, _, _)| *from < c.t_end) {
+        // Clipped intervals [from, to) in which a master was certainly not holding, and the
+        // read windows [t_send, t_recv] of not-holding change lines within the hold.
+        let mut ivs: Vec<(u64, u64, u64)> = Vec::new(); // (from, to, node)
+        let mut windows: Vec<(u64, u64, u64)> = Vec::new(); // (t_send, t_recv, node)
+        for (node, v) in &states {
+            // Lines before the last one sent before t_ok end their certainty before t_ok.
+            let first = v.partition_point(|(_, _, o)| o.t_send < c.t_ok).saturating_sub(1);
+            for (from, to, o) in v[first..].iter().take_while(|(_, _, o)| o.t_send < c.t_end) {
+                if !not_holding(o) {
+                    continue;
+                }
                 let (a, b) = ((*from).max(c.t_ok), (*to).min(c.t_end));
-                if a < b && not_holding(o) {
-                    edges.push((a, true, *node));
-                    edges.push((b, false, *node));
+                if a < b {
+                    ivs.push((a, b, *node));
+                }
+                if o.t_send >= c.t_ok && o.t_recv <= c.t_end {
+                    windows.push((o.t_send, o.t_recv, *node));
                 }
             }
         }
-        // Ends sort before starts at the same instant: intervals that only touch never count.
+        let mut found: Option<QuorumLoss> = None;
+        // Sweep: ends sort before starts at the same instant, so intervals that only touch
+        // never count.
+        let mut edges: Vec<(u64, bool, u64)> =
+            ivs.iter().flat_map(|&(a, b, n)| [(a, true, n), (b, false, n)]).collect();
         edges.sort_unstable();
         let mut now: Vec<u64> = Vec::new();
         for (t, starts, node) in edges {
@@ -566,11 +581,29 @@ fn quorum_lost(
             }
             now.push(node);
             if now.len() >= need {
-                let mut nodes = now.clone();
-                nodes.sort_unstable();
-                out.insert(i, QuorumLoss { at: t, nodes });
+                now.sort_unstable();
+                found = Some(QuorumLoss { at: t, nodes: now });
                 break;
             }
+        }
+        // A state seen by a single poll is certain for no interval, but it held at the instant
+        // of that poll's read, somewhere in [t_send, t_recv]: a loss if enough other masters
+        // were certainly not holding all through that window.
+        windows.sort_unstable_by_key(|w| w.1);
+        for &(s_, e, m) in &windows {
+            if found.as_ref().is_some_and(|f| f.at <= e) {
+                continue;
+            }
+            let mut nodes: Vec<u64> =
+                ivs.iter().filter(|&&(a, b, n)| n != m && a <= s_ && b >= e).map(|iv| iv.2).collect();
+            if nodes.len() + 1 >= need {
+                nodes.push(m);
+                nodes.sort_unstable();
+                found = Some(QuorumLoss { at: e, nodes });
+            }
+        }
+        if let Some(f) = found {
+            out.insert(i, f);
         }
     }
     out
@@ -1410,8 +1443,13 @@ mod tests {
 
     #[test]
     fn redlock_gaps_between_polls_invent_no_loss() {
-        // Node 0 never held this grant (it was granted by nodes 1 and 2, quorum 2 of 3).
-        let base = [ob(0, 5, None, "", -2), ob(1, 10, Some(100), "a", 1000), ob(2, 10, Some(100), "a", 1000)];
+        // 3 masters, quorum 2, all granted at 10 ms; node 0 certainly not holding from 151 ms.
+        let base = [
+            ob(0, 10, Some(100), "a", 1000),
+            ob(1, 10, Some(100), "a", 1000),
+            ob(2, 10, Some(100), "a", 1000),
+            ob(0, 150, None, "", -2),
+        ];
         let a = [cs("a", 100, ms(5), ms(20), ms(400), ms(401))];
         assert!(lost(&base, &a, 3, 2).is_empty());
         // A starved probe: node 1's last poll that saw the hold was sent at 250 ms, the next one
@@ -1421,20 +1459,48 @@ mod tests {
         p.push(Obs { t_send: ms(300), t_recv: ms(450), t_prev: Some(ms(250)), ..ob(1, 300, None, "", -2) });
         assert!(lost(&p, &a, 3, 2).is_empty());
         // Answered at 350 ms instead: certain from then on, a real loss.
-        p[3].t_recv = ms(350);
+        p[4].t_recv = ms(350);
         assert_eq!(lost(&p, &a, 3, 2), BTreeMap::from([(0, QuorumLoss { at: ms(350), nodes: vec![0, 1] })]));
-        // Node 2's key seen gone at 100 ms, then the probe lost its connection and came back at
-        // 600 ms (a line without t_prev): the absence is certain for no time at all, since the
-        // last poll before the break is unknown.
+        // Node 2's key seen gone at 100 ms, when node 0 still held; then the probe lost its
+        // connection and came back at 600 ms (a line without t_prev): the absence is certain
+        // for no time at all, since the last poll before the break is unknown.
         let mut p = base.to_vec();
         p.push(ob(2, 100, None, "", -2));
         p.push(Obs { t_prev: None, ..ob(2, 600, None, "", -2) });
         assert!(lost(&p, &a, 3, 2).is_empty());
         // A change line at 200 ms (another owner's grant) whose previous poll, sent at 195 ms,
-        // still saw the key gone: the absence is certain from 101 to 195 ms, a loss at 101 ms.
+        // still saw the key gone: the absence is certain from 101 to 195 ms, with node 0's from
+        // 151 ms a loss.
         p.push(ob(2, 200, Some(103), "c", 1000));
-        p.sort_by_key(|o| (o.t_send, o.node));
-        assert_eq!(lost(&p, &a, 3, 2), BTreeMap::from([(0, QuorumLoss { at: ms(101), nodes: vec![0, 2] })]));
+        assert_eq!(lost(&p, &a, 3, 2), BTreeMap::from([(0, QuorumLoss { at: ms(151), nodes: vec![0, 2] })]));
+    }
+
+    #[test]
+    fn redlock_a_state_seen_by_one_poll_counts_at_its_read() {
+        // 3 masters, quorum 2. Node 1's key seen gone by one poll (sent at 200 ms, answered at
+        // 201 ms), then the probe reconnected: certain for no interval, but gone at that read.
+        let probes = |node0_gone_ms: u64| {
+            [
+                ob(0, 10, Some(100), "a", 1000),
+                ob(1, 10, Some(100), "a", 1000),
+                ob(2, 10, Some(100), "a", 1000),
+                ob(0, node0_gone_ms, None, "", -2),
+                ob(1, 200, None, "", -2),
+                Obs { t_prev: None, ..ob(1, 600, None, "", -2) },
+            ]
+        };
+        let a = [cs("a", 100, ms(5), ms(20), ms(400), ms(401))];
+        // Node 0 certainly gone from 151 ms, all through node 1's read: a loss, known at 201 ms.
+        assert_eq!(
+            lost(&probes(150), &a, 3, 2),
+            BTreeMap::from([(0, QuorumLoss { at: ms(201), nodes: vec![0, 1] })])
+        );
+        // Node 0 gone only from 200.5 ms: within the read's window, so not proven at the read.
+        let mut p = probes(150).to_vec();
+        p[3] = Obs { t_send: ms(200), t_recv: 200_500_000, t_prev: Some(ms(195)), ..p[3].clone() };
+        assert!(lost(&p, &a, 3, 2).is_empty());
+        // Node 0 gone from 301 ms, after the read: no loss.
+        assert!(lost(&probes(300), &a, 3, 2).is_empty());
     }
 
     #[test]
