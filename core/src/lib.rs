@@ -39,11 +39,11 @@
 
 pub mod blocking;
 mod client;
-pub mod driver;
 #[cfg(feature = "cluster")]
 mod cluster;
 #[cfg(feature = "cluster")]
 mod cluster_sub;
+pub mod driver;
 mod error;
 mod hold;
 mod keys;
