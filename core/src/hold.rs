@@ -52,6 +52,8 @@ struct St {
     guards: usize,
     watchdog: Option<u64>,
     callbacks: Vec<LostCallback>,
+    /// Why the hold was lost (set once, with the state).
+    lost_why: Option<String>,
 }
 
 pub(crate) struct Hold {
@@ -74,7 +76,15 @@ impl Hold {
         Hold {
             fence,
             renew,
-            st: Mutex::new(St { count, deadline, ttl, guards: 0, watchdog: None, callbacks: Vec::new() }),
+            st: Mutex::new(St {
+                count,
+                deadline,
+                ttl,
+                guards: 0,
+                watchdog: None,
+                callbacks: Vec::new(),
+                lost_why: None,
+            }),
             tx: watch::Sender::new(LockState::Held),
             runtime,
         }
@@ -166,13 +176,22 @@ impl Hold {
         });
         if changed {
             tracing::warn!(fence = self.fence, "ferrolock: lock lost: {why}");
-            let callbacks = std::mem::take(&mut self.st().callbacks);
+            let callbacks = {
+                let mut st = self.st();
+                st.lost_why = Some(why.to_owned());
+                std::mem::take(&mut st.callbacks)
+            };
             for cb in callbacks {
                 let err = Error::new(ErrorKind::Lost, why.to_owned());
                 self.runtime.spawn_blocking(move || cb(err));
             }
         }
         changed
+    }
+
+    /// Why the hold was lost, once it is.
+    pub fn lost_reason(&self) -> Option<String> {
+        self.st().lost_why.clone()
     }
 
     pub fn mark_released(&self) {
@@ -190,7 +209,8 @@ impl Hold {
     pub fn on_lost(&self, cb: LostCallback) {
         match self.state() {
             LockState::Lost => {
-                let err = Error::new(ErrorKind::Lost, "the lock was already lost");
+                let why = self.lost_reason().unwrap_or_else(|| "the lock was already lost".to_owned());
+                let err = Error::new(ErrorKind::Lost, why);
                 self.runtime.spawn_blocking(move || cb(err));
             }
             LockState::Released => {}

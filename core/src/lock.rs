@@ -526,24 +526,13 @@ impl Guard {
             return Err(Error::new(ErrorKind::Lost, "the hold this guard belonged to was lost"));
         }
         if self.hold.state() == LockState::Lost {
-            let overdue = Instant::now().saturating_duration_since(self.hold.deadline());
             // Clean up whatever is left under our token; never touches another owner's hold.
             c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await;
             let _ = lock.send_release(0).await;
             lock.set_current(None);
-            // The hold went final before this release: the server refused a renewal (watchdog)
-            // or an extend, or the local deadline passed (`state()` notices that itself). The
-            // hold does not keep the reason; the deadline tells the two apart well enough.
-            let why = if overdue.is_zero() {
-                "the hold was already marked lost: the server refused a renewal (watchdog) or an \
-                 extend while the local lease deadline had not yet passed"
-                    .to_owned()
-            } else {
-                format!(
-                    "the hold was already marked lost: its local lease deadline passed {overdue:?} \
-                     ago (unless a refused renewal or extend marked it lost earlier)"
-                )
-            };
+            // The hold went final before this release: say why (a refused renewal or extend,
+            // or the local lease deadline passing, which `state()` notices itself).
+            let why = self.hold.lost_reason().unwrap_or_else(|| "no reason was recorded".to_owned());
             return Err(Error::new(ErrorKind::Lost, format!("the lock was lost before release: {why}")));
         }
         let target = self.hold.live_levels().saturating_sub(1);

@@ -595,7 +595,11 @@ async fn loss_is_decided_by_majority() {
     assert_eq!(rx.recv_timeout(Duration::from_secs(1)).unwrap(), ErrorKind::Lost);
     let e = g.release().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Lost);
-    assert!(e.message().contains("already marked lost"), "does not say the watchdog found it lost: {e}");
+    // The release quotes the watchdog's own reason for the loss.
+    assert!(
+        e.message().contains("renewal refused"),
+        "does not say why the watchdog found it lost: {e}"
+    );
 }
 
 // The two ways a release can find the lock lost say which one it was: the hold already lost (the

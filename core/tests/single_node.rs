@@ -338,7 +338,10 @@ async fn watchdog_renews_stops_and_reports_loss() {
     tokio::time::timeout(ttl * 2, g.lost()).await.expect("loss not reported");
     assert_eq!(g.state(), LockState::Lost);
     assert_eq!(rx.recv_timeout(Duration::from_secs(1)).unwrap(), ErrorKind::Lost);
-    assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    let e = g.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Lost);
+    // The release says why: the watchdog's refused renewal, not a generic "lost".
+    assert!(e.message().contains("renewal refused"), "the release does not quote the loss reason: {e}");
 
     // A stopped server: IN_DOUBT first, then LOST at the local deadline; never silently held.
     let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
