@@ -167,11 +167,15 @@ impl Lock {
     /// [`ErrorKind::QuorumNotReached`] when fewer than a quorum of masters answered).
     pub async fn try_acquire(&self) -> Result<Option<Guard>> {
         if let Backend::Quorum(q) = &self.inner.client.inner.backend {
-            return match q.clone().attempt(self).await? {
-                crate::redlock::Round::Granted(g) => Ok(Some(g)),
-                crate::redlock::Round::Unreachable(e) => Err(e),
-                _ => Ok(None),
-            };
+            loop {
+                return match q.clone().attempt(self).await? {
+                    crate::redlock::Round::Granted(g) => Ok(Some(g)),
+                    crate::redlock::Round::Unreachable(e) => Err(e),
+                    // The old hold was lost; this attempt was a re-entry: try once afresh.
+                    crate::redlock::Round::Superseded => continue,
+                    _ => Ok(None),
+                };
+            }
         }
         match self.attempt().await? {
             Attempt::Granted(g) => Ok(Some(g)),
@@ -187,7 +191,7 @@ impl Lock {
         self.inner.current.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set_current(&self, hold: Option<Arc<Hold>>) {
+    pub(crate) fn set_current(&self, hold: Option<Arc<Hold>>) {
         *self.inner.current.lock().unwrap_or_else(|p| p.into_inner()) = hold;
     }
 

@@ -348,6 +348,10 @@ pub(crate) enum Round {
     },
     /// Fewer than a quorum of masters answered.
     Unreachable(Error),
+    /// A re-entry found the handle's hold on fewer than a quorum of masters: the hold is marked
+    /// lost and cleared everywhere; the caller tries again as a fresh acquire (as a single-node
+    /// re-entry that finds the key gone gets a new grant).
+    Superseded,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -359,8 +363,14 @@ enum Verdict {
 }
 
 enum AcqReply {
-    Granted { fence: u64 },
-    Held { pttl: i64 },
+    /// `count` is this owner's depth on that master after the script: 1 for a fresh hold.
+    Granted {
+        fence: u64,
+        count: i64,
+    },
+    Held {
+        pttl: i64,
+    },
     Limit,
 }
 
@@ -560,6 +570,10 @@ impl Quorum {
 
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let (mut held, mut failed, mut limit) = (0usize, 0usize, 0usize);
+        // A re-entry counts only masters that still had the hold (depth ≥ 2 after the script);
+        // a fresh hold (depth 1) there means that master had lost it.
+        let reentry = current.is_some();
+        let (mut reentered, mut fresh) = (0usize, 0usize);
         let mut pttl: Option<u64> = None;
         let mut replied = vec![false; n];
         let mut first_err: Option<Error> = None;
@@ -569,7 +583,14 @@ impl Quorum {
             got += 1;
             replied[i] = true;
             match reply {
-                Reply::Ok(AcqReply::Granted { fence }) => granted.push((i, fence)),
+                Reply::Ok(AcqReply::Granted { fence, count }) => {
+                    granted.push((i, fence));
+                    if count >= 2 {
+                        reentered += 1;
+                    } else {
+                        fresh += 1;
+                    }
+                }
                 Reply::Ok(AcqReply::Held { pttl: p }) => {
                     held += 1;
                     if let Ok(p) = u64::try_from(p) {
@@ -585,7 +606,8 @@ impl Quorum {
                 }
                 Reply::Skipped => failed += 1,
             }
-            if granted.len() >= self.quorum || n - held - failed - limit < self.quorum {
+            let (wins, gone) = if reentry { (reentered, fresh) } else { (granted.len(), 0) };
+            if wins >= self.quorum || n - held - failed - limit - gone < self.quorum {
                 break;
             }
         }
@@ -600,7 +622,25 @@ impl Quorum {
         let undo = |verdict_tx: watch::Sender<Verdict>| {
             let _ = verdict_tx.send(Verdict::Undo(prior));
         };
-        if granted.len() >= self.quorum {
+        if let Some(h) = &current
+            && reentered < self.quorum
+            && fresh + held > n - self.quorum
+        {
+            // Certainly lost: more than N - quorum masters no longer had this hold (the key
+            // was gone, or another owner holds it). Never rebuild it from fresh votes under the
+            // old fence: clear this owner's holds everywhere, report the loss, start afresh.
+            let c = &inner.client.inner;
+            c.watchdog.unregister(h);
+            h.mark_lost(&format!(
+                "a re-entry found the hold on only {reentered} of {n} masters (quorum {})",
+                self.quorum
+            ));
+            lock.set_current(None);
+            let _ = verdict_tx.send(Verdict::Undo(0));
+            self.settle_lanes(lock, &answered).await;
+            return Ok(Round::Superseded);
+        }
+        if granted.len() >= self.quorum && (!reentry || reentered >= self.quorum) {
             let top = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
             let fence = match &current {
                 Some(h) => h.fence, // re-entry keeps the hold's token
@@ -726,6 +766,7 @@ impl Quorum {
             let bound = |d: Duration| left.map_or(d, |l| l.min(d));
             match self.clone().attempt(lock).await? {
                 Round::Granted(g) => return Ok(g),
+                Round::Superseded => continue,
                 // The round used up the validity: the masters are slow against the TTL. Spread
                 // the retries instead of spinning.
                 Round::Expired => tokio::time::sleep(bound(jitter(self.opts.redlock_retry_jitter))).await,
@@ -1207,7 +1248,7 @@ fn parse_acquire(v: &Value) -> Reply<AcqReply> {
         let items = as_array(v)?;
         Ok(match int_at(items, 0)? {
             0 => AcqReply::Held { pttl: int_at(items, 1)? },
-            1 => AcqReply::Granted { fence: parse_num(items, 1)? },
+            1 => AcqReply::Granted { fence: parse_num(items, 1)?, count: int_at(items, 2)? },
             2 => AcqReply::Limit,
             _ => return Err(Error::new(ErrorKind::Protocol, "unknown acquire status")),
         })

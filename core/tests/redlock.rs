@@ -596,10 +596,7 @@ async fn loss_is_decided_by_majority() {
     let e = g.release().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Lost);
     // The release quotes the watchdog's own reason for the loss.
-    assert!(
-        e.message().contains("renewal refused"),
-        "does not say why the watchdog found it lost: {e}"
-    );
+    assert!(e.message().contains("renewal refused"), "does not say why the watchdog found it lost: {e}");
 }
 
 // The two ways a release can find the lock lost say which one it was: the hold already lost (the
@@ -628,6 +625,53 @@ async fn a_release_that_finds_the_hold_gone_says_so() {
     // The release still went to the other two masters (replies may land after it returned).
     let start = Instant::now();
     while servers.iter().any(|s| holds(s, "gone")) {
+        assert!(start.elapsed() < Duration::from_secs(2), "a hold was left on a master");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// A re-entry must not rebuild a hold that lost its quorum (found by the chaos suite, w2-n1a:
+// masters restarted empty under a hold, and the holder's next re-entry counted the fresh holds
+// the acquire script made there as votes for the old fence, so LOST was never reported and
+// another client had meanwhile been granted the lock). Control: gone on 2 of 5, the re-entry
+// is a re-entry (same fence, depth 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
+    let servers = start_many(5);
+    let client = redlock_with(&servers, calm()).await;
+    let lock = client.lock("rebuild", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    for s in &servers[..2] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{rebuild}"]);
+    }
+    let inner = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert_eq!((inner.fence(), inner.count()), (g.fence(), 2), "control: a quorum still held it");
+    assert_eq!(g.state(), LockState::Held);
+    inner.release().await.unwrap();
+    g.release().await.unwrap();
+
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    for s in &servers[..3] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{rebuild}"]);
+    }
+    let again = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert_eq!(g.state(), LockState::Lost, "the old hold had lost its quorum");
+    assert!(again.fence() > g.fence(), "a new grant needs a new fence: {} vs {}", again.fence(), g.fence());
+    assert_eq!(again.count(), 1);
+    let e = g.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
+    // The new hold is a real quorum hold: a quorum of masters carries its fence.
+    let with_fence = servers
+        .iter()
+        .filter(|s| {
+            let f: Option<String> = s.cmd(&["HGET", "ferrolock:{rebuild}", "fence"]);
+            f.as_deref() == Some(again.fence().to_string().as_str())
+        })
+        .count();
+    assert!(with_fence >= 3, "the new fence is on only {with_fence} masters");
+    again.release().await.unwrap();
+    let start = Instant::now();
+    while servers.iter().any(|s| holds(s, "rebuild")) {
         assert!(start.elapsed() < Duration::from_secs(2), "a hold was left on a master");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
