@@ -195,6 +195,17 @@ impl Lock {
         *self.inner.current.lock().unwrap_or_else(|p| p.into_inner()) = hold;
     }
 
+    /// Give up a hold found lost: stop renewing it, mark it lost with `why` (quoted by a later
+    /// release or `on_lost`), and forget it as this handle's current hold.
+    pub(crate) fn give_up(&self, hold: &Arc<Hold>, why: &str) {
+        self.inner.client.inner.watchdog.unregister(hold);
+        hold.mark_lost(why);
+        let mut cur = self.inner.current.lock().unwrap_or_else(|p| p.into_inner());
+        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, hold)) {
+            *cur = None;
+        }
+    }
+
     /// The count this handle holds on the server (0 when it holds nothing live).
     pub(crate) fn live_count(&self) -> u32 {
         self.current().filter(|h| !h.is_final()).map_or(0, |h| h.live_levels())
@@ -287,8 +298,7 @@ impl Lock {
             }
             old => {
                 if let Some(old) = old {
-                    c.watchdog.unregister(&old);
-                    old.mark_lost("superseded by a new grant to the same handle");
+                    self.give_up(&old, "superseded by a new grant to the same handle");
                 }
                 let h =
                     Arc::new(Hold::new(fence, count, deadline, inner.ttl, inner.renew, c.runtime.clone()));
@@ -546,7 +556,6 @@ impl Guard {
         }
         match lock.send_release_level(Level { count: target, fence: Some(self.hold.fence) }).await {
             Ok(n) if n < 0 => {
-                c.watchdog.unregister(&self.hold);
                 let why = match &c.backend {
                     Backend::Single { .. } => {
                         "the release found the key gone or held by another owner".to_owned()
@@ -561,8 +570,7 @@ impl Guard {
                         )
                     }
                 };
-                self.hold.mark_lost(&why);
-                lock.set_current(None);
+                lock.give_up(&self.hold, &why);
                 Err(Error::new(ErrorKind::Lost, format!("the lock was lost before release: {why}")))
             }
             Ok(n) => {
@@ -611,8 +619,7 @@ impl Guard {
             .await
             .map_err(|e| c.error(&e))?;
         if r != 1 {
-            c.inner.watchdog.unregister(&self.hold);
-            self.hold.mark_lost("extend found the lock expired or held by another owner");
+            lock.give_up(&self.hold, "extend found the lock expired or held by another owner");
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before extend"));
         }
         self.hold.renewed(timing::deadline(&c.inner.opts, t_send, ttl), Some(ttl));

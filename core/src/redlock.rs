@@ -629,13 +629,13 @@ impl Quorum {
             // Certainly lost: more than N - quorum masters no longer had this hold (the key
             // was gone, or another owner holds it). Never rebuild it from fresh votes under the
             // old fence: clear this owner's holds everywhere, report the loss, start afresh.
-            let c = &inner.client.inner;
-            c.watchdog.unregister(h);
-            h.mark_lost(&format!(
-                "a re-entry found the hold on only {reentered} of {n} masters (quorum {})",
-                self.quorum
-            ));
-            lock.set_current(None);
+            lock.give_up(
+                h,
+                &format!(
+                    "a re-entry found the hold on only {reentered} of {n} masters (quorum {})",
+                    self.quorum
+                ),
+            );
             let _ = verdict_tx.send(Verdict::Undo(0));
             self.settle_lanes(lock, &answered).await;
             return Ok(Round::Superseded);
@@ -933,7 +933,6 @@ impl Quorum {
     /// Extend by quorum: counts only if a quorum confirms before the current local deadline.
     pub async fn extend(self: Arc<Self>, lock: &Lock, hold: &Arc<Hold>, ttl: Duration) -> Result<()> {
         let inner = &lock.inner;
-        let c = &inner.client.inner;
         let t_send = Instant::now();
         let mut round = self.fan_out(&|_| Class::New, None, |_, mut conn| {
             let mut inv = scripts::EXTEND.key(&inner.keys.hold);
@@ -960,8 +959,7 @@ impl Quorum {
         .await;
         drop(round);
         if not_owner > self.n() - self.quorum {
-            c.watchdog.unregister(hold);
-            hold.mark_lost("extend: a majority of masters no longer holds this owner's lock");
+            lock.give_up(hold, "extend: a majority of masters no longer holds this owner's lock");
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before extend"));
         }
         if decided.is_ok() && ok >= self.quorum && !hold.is_final() {
@@ -1200,6 +1198,9 @@ impl AcquireTask {
             lane.wait().await; // never sent; still keep the lane's order for whoever is next
         }
         let surely_not_granted = matches!(reply, Reply::Ok(AcqReply::Held { .. } | AcqReply::Limit));
+        // A re-entry that made a fresh hold here (depth 1: this master no longer had the hold)
+        // is undone by deleting that hold, not by setting it to the prior depth.
+        let fresh_here = prior > 0 && matches!(reply, Reply::Ok(AcqReply::Granted { count: 1, .. }));
         let _ = tx.send((i, reply));
         drop(tx);
         // The round's verdict; a dropped round (cancelled acquire) means undo.
@@ -1218,6 +1219,7 @@ impl AcquireTask {
             && sent
             && let Some((mut conn, inflight)) = node.admit(Class::Cleanup, cap)
         {
+            let target = if fresh_here { 0 } else { target };
             // Sent as EVAL (never NOSCRIPT): it may run long after this task stopped waiting.
             let cmd = release_eval(&keys.0, &token, &keys.1, target);
             match tokio::time::timeout(timeout, cmd.query_async::<i64>(&mut conn)).await {
