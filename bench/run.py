@@ -455,7 +455,13 @@ class Run:
         c1 = {r["test"]: r for r in rows if r["clients"] == 1 and r["client_cpu"] == SERVER_CPU}
         if len(c1) == 2:
             p50 = c1["SET NX PX"]["p50_us"] + c1["EVALSHA compare-and-delete"]["p50_us"]
+            # redis-benchmark's p50 comes in 8 µs steps here (15, 23, 31 …): the p50 floor jumps by
+            # a quarter between runs. With one client and no pipelining, 1 / rps is the exact mean
+            # round trip, so the mean floor is what the (mean) pairs/s of W1 are compared with.
+            mean = sum(1e6 / c1[t]["rps"] for t in ("SET NX PX", "EVALSHA compare-and-delete"))
             line["derived"] = {"pair_floor_p50_us_c1": round(p50, 1), "pair_floor_ops_per_s_c1": round(1e6 / p50, 1),
+                               "pair_floor_mean_us_c1": round(mean, 2),
+                               "pair_floor_mean_ops_per_s_c1": round(1e6 / mean, 1),
                                "placement": "client on the server's core"}
             line["ok"] = True
         line["rows"] = rows
@@ -551,6 +557,11 @@ def fmt(x, nd=0):
     return f"{x:,.{nd}f}"
 
 
+def floor_rate(floor):
+    """Pairs/s of the W4 floor the ratios use: the mean floor (older result files: the p50 one)."""
+    return floor.get("pair_floor_mean_ops_per_s_c1") or floor["pair_floor_ops_per_s_c1"]
+
+
 def summary(run: Run, floor):
     L = run.lines
     w1 = [x for x in L if x["workload"] == "W1" and x["ok"]]
@@ -575,6 +586,12 @@ def summary(run: Run, floor):
     if floor:
         out.append(f"**Floor (W4, client on the server's core, -c 1):** SET NX PX p50 + EVALSHA p50 = "
                    f"{floor['pair_floor_p50_us_c1']} µs → {fmt(floor['pair_floor_ops_per_s_c1'])} pairs/s.")
+        if "pair_floor_mean_us_c1" in floor:
+            out.append(f"redis-benchmark's p50 comes in coarse steps (15, 23, 31 µs …), so that sum moves by a quarter "
+                       f"from run to run; the × floor ratios below use the **mean floor** instead: with one client and "
+                       f"no pipelining 1 / rps is the exact mean round trip, SET + EVALSHA = "
+                       f"{floor['pair_floor_mean_us_c1']} µs → **{fmt(floor['pair_floor_mean_ops_per_s_c1'])} pairs/s**, "
+                       f"the same kind of number as the W1 pairs/s (also means).")
         out.append("")
     out.append("## W1 uncontended (pairs/s, median of 3 repetitions)")
     out.append("")
@@ -582,7 +599,7 @@ def summary(run: Run, floor):
                "client CPU µs/op | client context switches/op | reps pairs/s |")
     out.append("|---|---|---|---:|---:|---|---:|---:|---:|---:|---|")
     for x in sorted(w1, key=lambda x: -x["ops_per_s"]):
-        ratio = x["ops_per_s"] / floor["pair_floor_ops_per_s_c1"] if floor else None
+        ratio = x["ops_per_s"] / floor_rate(floor) if floor else None
         out.append(f"| {x['peer']} | {x['lang']} | {x['config']} | {fmt(x['ops_per_s'])} | {fmt(ratio, 2)} | "
                    f"{x['pair_us']['p50']} / {x['pair_us']['p99']} | {fmt(x['client_cmds_per_op'], 2)} | "
                    f"{fmt(x['redis_cmds_per_op'], 2)} | {fmt(x['client_cpu_us_per_op'], 1)} | "
@@ -602,7 +619,7 @@ def summary(run: Run, floor):
             continue
         parts = [f"- {ours['peer']}: {fmt(ours['ops_per_s'])} pairs/s"]
         if floor:
-            parts.append(f"{ours['ops_per_s'] / floor['pair_floor_ops_per_s_c1']:.2f} × floor")
+            parts.append(f"{ours['ops_per_s'] / floor_rate(floor):.2f} × floor")
         if locks:
             best = max(locks, key=lambda x: x["ops_per_s"])
             where = "any language" if lang == "rust" else lang
@@ -752,7 +769,7 @@ def targets_section(run, floor, w1, w2):
                 return x
         return None
 
-    fl = floor["pair_floor_ops_per_s_c1"] if floor else None
+    fl = floor_rate(floor) if floor else None
     r = ours("W1", "rust")
     if r and fl:
         row("W1 Rust ≥ 0.9 × floor", f"{r['ops_per_s'] / fl:.3f} ×", r["ops_per_s"] >= 0.9 * fl)
@@ -829,7 +846,7 @@ def charts(run: Run, floor):
         colors = ["#c0392b" if not is_peer(x) else "#7f8c8d" for x in w1]
         ax.barh(labels, [x["ops_per_s"] for x in w1], color=colors)
         if floor:
-            ax.axvline(floor["pair_floor_ops_per_s_c1"], color="black", linestyle="--", label="W4 floor (-c 1)")
+            ax.axvline(floor_rate(floor), color="black", linestyle="--", label="W4 floor (-c 1, mean)")
             ax.legend(loc="lower right")
         ax.set_xlabel("acquire+release pairs per second (W1, median of 3)")
         ax.set_title(f"W1 uncontended — {run.tag}")
