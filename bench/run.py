@@ -30,6 +30,7 @@ ROOT = HERE.parent
 VENV_PY = HERE / ".venv" / "bin" / "python"
 RUST_BIN = Path(os.environ.get("FERROLOCK_BENCH_BIN")
                 or Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "ferrolock-bench")
+GO_BIN = RUST_BIN.with_name("ferrolock-bench-go")  # built by run.sh from bench/go (W1 only)
 CODE_FROM = os.environ.get("FERROLOCK_BENCH_FROM", "working tree (run.py started directly)")
 SCHEMA = "redis-lock-bench/v1"
 MACHINE_CPUS = os.cpu_count() or 1
@@ -184,6 +185,8 @@ class Target:
     def cmd(self, workload, config, url, extra):
         if self.driver == "rust":
             return [str(RUST_BIN), workload, "--url", url, *extra]
+        if self.driver == "go":
+            return [str(GO_BIN), workload, "--url", url, *extra]
         if self.driver == "py":
             return [str(VENV_PY), str(HERE / "py" / "bench.py"), workload, "--lib", self.lib, "--config", config,
                     "--url", url, *extra]
@@ -203,6 +206,11 @@ def targets(args, skipped):
     t.append(Target("rust", "ferrolock", "ferrolock Rust (async)", "rust", ["default"], f"redis-rs {rs}", peer=False))
     t.append(Target("rust", "ferrolock-blocking", "ferrolock Rust (blocking)", "rust", ["default"], f"redis-rs {rs}",
                     peer=False, w2=False))
+    if GO_BIN.exists():
+        t.append(Target("go", "ferrolock", "ferrolock Go", "go", ["default"], "ferrolock core via the C API (cgo)",
+                        peer=False, w2=False))
+    elif not args.quick:
+        skipped.append(("ferrolock Go", read_status("ferrolock-go", "the Go driver was not built")))
     if not VENV_PY.exists():
         skipped.append(("python (all)", "bench/.venv missing (run bench/run.sh)"))
         return t
@@ -609,7 +617,7 @@ def summary(run: Run, floor):
     out.append("### Ratios (W1)")
     out.append("")
     rust = next((x for x in w1 if x["lib"] == "ferrolock" and x["lang"] == "rust"), None)
-    for lang in ("rust", "python", "node"):
+    for lang in ("rust", "python", "node", "go"):
         ours = next((x for x in w1 if x["lang"] == lang and not is_peer(x) and x["lib"] != "ferrolock-blocking"), None)
         peers = [x for x in w1 if (x["lang"] == lang or lang == "rust") and is_peer(x)]
         locks = [x for x in peers if x["lib"] != "raw"]

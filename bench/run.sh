@@ -42,7 +42,25 @@ say "code under test: $FROM"
 say "building the Rust driver (release)"
 (cd "$SRC" && CARGO_TARGET_DIR=$TARGET cargo build --release --quiet -p ferrolock-bench)
 
+GO_BIN="$TARGET/release/ferrolock-bench-go"
+rm -f "$GO_BIN" "$VENV/ferrolock-go.status"  # never measure a stale build (--quick skips Go)
 if [ "$QUICK" = 0 ]; then
+  # ferrolock Go (W1): the C API's static library, then bench/go (cgo over bindings-go, which
+  # links $SRC/target/release/libferrolock_c.a).
+  if ! command -v go >/dev/null 2>&1; then
+    echo "no Go toolchain on this machine" > "$VENV/ferrolock-go.status"
+  elif [ "$TARGET" != "$SRC/target" ] || [ ! -f "$SRC/bench/go/main.go" ]; then
+    echo "bindings-go links \$SRC/target/release/libferrolock_c.a: the target dir differs, or no bench/go" > "$VENV/ferrolock-go.status"
+  else
+    say "building the ferrolock Go driver (C API static library + cgo)"
+    if (cd "$SRC" && cargo build --release --quiet -p ferrolock-c \
+        && cd bench/go && CGO_CFLAGS="-O2 -g -DFERROLOCK_LIB_SUM=$(sha256sum "$SRC/target/release/libferrolock_c.a" | cut -c1-16)" \
+           go build -o "$GO_BIN" .) >/tmp/ferrolock-bench-go.log 2>&1; then
+      :
+    else
+      echo "building the Go driver failed: $(grep -m1 -iE 'error|cannot' /tmp/ferrolock-bench-go.log | cut -c1-200)" > "$VENV/ferrolock-go.status"
+    fi
+  fi
   if command -v npm >/dev/null 2>&1; then
     say "node peers (bench/node/package-lock.json)"
     (cd bench/node && npm ci --no-audit --no-fund --loglevel=error >&2) || say "npm ci failed: Node peers will be skipped"
