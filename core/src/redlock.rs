@@ -1198,9 +1198,6 @@ impl AcquireTask {
             lane.wait().await; // never sent; still keep the lane's order for whoever is next
         }
         let surely_not_granted = matches!(reply, Reply::Ok(AcqReply::Held { .. } | AcqReply::Limit));
-        // A re-entry that made a fresh hold here (depth 1: this master no longer had the hold)
-        // is undone by deleting that hold, not by setting it to the prior depth.
-        let fresh_here = prior > 0 && matches!(reply, Reply::Ok(AcqReply::Granted { count: 1, .. }));
         let _ = tx.send((i, reply));
         drop(tx);
         // The round's verdict; a dropped round (cancelled acquire) means undo.
@@ -1219,7 +1216,6 @@ impl AcquireTask {
             && sent
             && let Some((mut conn, inflight)) = node.admit(Class::Cleanup, cap)
         {
-            let target = if fresh_here { 0 } else { target };
             // Sent as EVAL (never NOSCRIPT): it may run long after this task stopped waiting.
             let cmd = release_eval(&keys.0, &token, &keys.1, target);
             match tokio::time::timeout(timeout, cmd.query_async::<i64>(&mut conn)).await {
