@@ -15,7 +15,12 @@ if ! npm ci --no-audit --no-fund --loglevel=error 2>"$log"; then
   # A registry mirror that does not serve other platforms' optional packages of @napi-rs/cli
   # leaves them out of package-lock.json, and npm ci then refuses the lock. Install the same
   # locked versions without rewriting the lock instead; any other failure is fatal.
-  if grep -q 'from lock file' "$log" && ! grep -v -e 'Missing: @napi-rs/[a-z-]*-\(android\|darwin\|freebsd\|linux\|win32\|wasm32\)' "$log" | grep -q 'Missing: '; then
+  # (npm 11 also lists those packages' own dependencies, e.g. @emnapi/*, tslib.) Accepted only
+  # when no package.json dependency is among the missing.
+  missing=$( { grep -o 'Missing: [^ ]* from lock file' "$log" || true; } | awk '{print $2}' | sed 's/@[^@/]*$//' | sort -u)
+  direct=$(node -e 'const p = require("./package.json");
+    console.log(Object.keys({...p.dependencies, ...p.devDependencies, ...p.optionalDependencies}).join("\n"))')
+  if [ -n "$missing" ] && ! grep -qxF -f <(printf '%s\n' "$direct") <<<"$missing"; then
     echo "test-node: npm ci refused the lock only for other platforms' optional packages; using npm install --no-save" >&2
     npm install --no-save --no-audit --no-fund --loglevel=error
   else
