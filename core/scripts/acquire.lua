@@ -5,6 +5,11 @@
 -- ARGV[2]  lease in milliseconds (integer > 0)
 -- ARGV[3]  fence counter idle retention in milliseconds (integer > 0)
 -- ARGV[4]  maximum reentrancy depth (integer > 0)
+-- Fair mode only (all three present, see docs/PROTOCOL.md "Fair mode"):
+-- KEYS[3]  waiter queue     <prefix>{<name>}:queue    (list of tokens, arrival order)
+-- KEYS[4]  waiter table     <prefix>{<name>}:waiters  (hash token -> "<stay until, server ms>:<lease ms>")
+-- ARGV[5]  the caller's remaining wait in milliseconds (integer > 0): when the lock is held, the
+--          caller joins the queue (or refreshes its place) and a release hands the lock to it
 -- Returns {1, fence, count}  granted (fresh hold or re-entry by the same owner)
 --         {0, pttl}          held by another owner (pttl = -1: the hold has no expiry)
 --         {2, count}         re-entry refused: the depth limit is reached; nothing changed
@@ -19,7 +24,30 @@ if owner == ARGV[1] then
   return {1, redis.call('HGET', KEYS[1], 'fence'), count}
 end
 if owner then
-  return {0, redis.call('PTTL', KEYS[1])}
+  local pttl = redis.call('PTTL', KEYS[1])
+  if KEYS[4] then
+    -- Queued until the caller would have tried again (it wakes at the holder's pttl at the
+    -- latest, or after 1 s for a hold without expiry) plus 2 s of slack, or its own deadline.
+    if redis.replicate_commands then
+      pcall(redis.replicate_commands)
+    end
+    local now = redis.call('TIME')
+    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    local stay = math.min(tonumber(ARGV[5]), math.max(pttl, 1000) + 2000)
+    if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 0 then
+      redis.call('RPUSH', KEYS[3], ARGV[1])
+    end
+    redis.call('HSET', KEYS[4], ARGV[1], string.format('%d:%d', now_ms + stay, tonumber(ARGV[2])))
+    for _, k in ipairs({KEYS[3], KEYS[4]}) do
+      if redis.call('PTTL', k) < stay + 1000 then
+        redis.call('PEXPIRE', k, stay + 1000)
+      end
+    end
+  end
+  return {0, pttl}
+end
+if KEYS[4] and redis.call('HDEL', KEYS[4], ARGV[1]) == 1 then
+  redis.call('LREM', KEYS[3], 0, ARGV[1]) -- granted while free: out of the queue
 end
 
 -- A new grant: fence = max(last + 1, server TIME in microseconds).

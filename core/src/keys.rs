@@ -13,6 +13,10 @@ pub(crate) struct Keys {
     pub fence: Vec<u8>,
     /// `<prefix>{<name>}:released`: where releases are published.
     pub channel: Vec<u8>,
+    /// `<prefix>{<name>}:queue`: fair mode's waiters in arrival order (list of tokens).
+    pub queue: Vec<u8>,
+    /// `<prefix>{<name>}:waiters`: fair mode's waiter table (token -> stay and lease).
+    pub waiters: Vec<u8>,
 }
 
 impl Keys {
@@ -32,7 +36,14 @@ impl Keys {
         hold.extend_from_slice(name);
         hold.push(b'}');
         let with = |suffix: &[u8]| [hold.as_slice(), suffix].concat();
-        Ok(Keys { name: name.to_vec(), fence: with(b":fence"), channel: with(b":released"), hold })
+        Ok(Keys {
+            name: name.to_vec(),
+            fence: with(b":fence"),
+            channel: with(b":released"),
+            queue: with(b":queue"),
+            waiters: with(b":waiters"),
+            hold,
+        })
     }
 }
 
@@ -46,6 +57,8 @@ mod tests {
         assert_eq!(k.hold, b"ferrolock:{orders:42}");
         assert_eq!(k.fence, b"ferrolock:{orders:42}:fence");
         assert_eq!(k.channel, b"ferrolock:{orders:42}:released");
+        assert_eq!(k.queue, b"ferrolock:{orders:42}:queue");
+        assert_eq!(k.waiters, b"ferrolock:{orders:42}:waiters");
         assert_eq!(Keys::new(&ClientOptions::default(), b"").err().unwrap().kind(), ErrorKind::InvalidName);
     }
 }

@@ -35,12 +35,19 @@ pub(crate) struct LockInner {
     /// its reply (and any undo) is done, so a later request of this handle never overtakes an
     /// earlier one on the same master. Empty for a single-node client.
     pub(crate) lanes: Vec<crate::redlock::Lane>,
+    /// Fair mode ([`LockOptions::fair`]).
+    pub(crate) fair: bool,
+    /// Fair mode: held by the acquire of this handle that may be queued (and by the undo of
+    /// its place in the queue when it gives up), so one handle is queued once at a time.
+    queue_turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 enum Attempt {
     Granted(Guard),
     Held {
         pttl: i64,
+        /// When the try was sent: a fair grant announced after this reply happened later.
+        t_send: Instant,
     },
     /// Granted, but the validity was already used up: undone; try again.
     Expired,
@@ -55,6 +62,15 @@ impl Lock {
             Backend::Single { .. } => Vec::new(),
             Backend::Quorum(q) => q.nodes.iter().map(|_| crate::redlock::Lane::default()).collect(),
         };
+        if opts.fair && !lanes.is_empty() {
+            return Err(Error::new(ErrorKind::InvalidConfig, "fair mode is not available with Redlock"));
+        }
+        if opts.fair && client.inner.opts.replica_acks.is_some() {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "fair mode does not combine with replica_acks (a handed-over grant is not acknowledged)",
+            ));
+        }
         Ok(Lock {
             inner: Arc::new(LockInner {
                 hold_key: keys.hold.clone().into(),
@@ -66,6 +82,8 @@ impl Lock {
                 op: Arc::new(tokio::sync::Mutex::new(())),
                 current: Mutex::new(None),
                 lanes,
+                fair: opts.fair,
+                queue_turn: Arc::new(tokio::sync::Mutex::new(())),
             }),
         })
     }
@@ -97,6 +115,23 @@ impl Lock {
             Backend::Single { conn, notifier } => (conn, notifier),
             Backend::Quorum(q) => return q.clone().acquire(self, deadline).await,
         };
+        // Fair mode: this handle queues once at a time; the undo of a queued acquire that gave
+        // up comes first (a re-entry into a live hold needs no queue).
+        let fair = self.inner.fair;
+        let turn = match fair && self.live_count() == 0 {
+            false => None,
+            true => {
+                let t = self.inner.queue_turn.clone().lock_owned();
+                match deadline {
+                    None => Some(t.await),
+                    Some(d) => {
+                        Some(tokio::time::timeout_at(d.into(), t).await.map_err(|_| self.timed_out())?)
+                    }
+                }
+            }
+        };
+        let mut queued = Queued { lock: self.clone(), turn, armed: false };
+        let mut t_held = None;
         let mut sub = notifier.peek(&self.inner.keys.channel);
         if let Some(s) = &sub {
             // Do not barge ahead of a waiter of this client that a release just woke (bounded:
@@ -110,22 +145,37 @@ impl Lock {
                 sub = notifier.peek(&self.inner.keys.channel);
             }
             if let Some(s) = sub.as_mut() {
+                if fair {
+                    s.set_token(self.inner.token.clone());
+                }
                 s.mark(); // a release after this point wakes us (or the next waiter in line)
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            match self.attempt().await {
+            // Fair mode queues a waiter that subscribed and may still wait (docs/PROTOCOL.md).
+            let queue_ms = match (fair && sub.is_some(), left) {
+                (false, _) | (true, Some(Duration::ZERO)) => None,
+                (true, None) => Some(u64::from(u32::MAX)),
+                (true, Some(l)) => Some(timing::millis(l).max(1)),
+            };
+            match self.attempt(queue_ms).await {
                 Ok(Attempt::Granted(g)) => {
                     if let Some(s) = sub.as_mut() {
                         s.granted(); // the wake this waiter holds, if any, led to this grant
                     }
+                    queued.armed = false; // a grant takes this token out of the queue
                     return Ok(g);
                 }
                 Ok(Attempt::Expired) => {}
-                Ok(Attempt::Held { pttl }) => {
+                Ok(Attempt::Held { pttl, t_send }) => {
                     if let Some(s) = sub.as_mut() {
                         s.held(); // the holder's release will wake the next waiter
                     }
+                    if queue_ms.is_some() {
+                        queued.armed = true;
+                        t_held = Some(t_send);
+                    }
                     if left == Some(Duration::ZERO) {
+                        queued.leave().await;
                         return Err(self.timed_out());
                     }
                     let Some(s) = sub.as_mut() else {
@@ -148,6 +198,19 @@ impl Lock {
                         _ = s.changed() => {}
                         _ = tokio::time::sleep(bound) => {}
                     }
+                    // Fair mode: a release handed the lock to this token after the last "held"
+                    // reply, so its lease began after `t_held`: no round trip needed.
+                    if let (Some(fence), Some(t)) = (s.take_grant(), t_held) {
+                        let deadline = timing::deadline(&c.inner.opts, t, self.inner.ttl);
+                        let _op = self.inner.op.clone().lock_owned().await;
+                        if deadline > Instant::now() && self.live_count() == 0 {
+                            s.granted();
+                            queued.armed = false;
+                            return Ok(self.granted(fence, 1, deadline));
+                        }
+                        // Validity used up while queued (or a hold appeared meanwhile): the
+                        // next try finds this token holding and settles the count.
+                    }
                 }
                 Err(e) if e.kind().is_transient() && left != Some(Duration::ZERO) => {
                     tracing::debug!("ferrolock: acquire retry after {}", e.kind());
@@ -158,6 +221,7 @@ impl Lock {
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 // One last try happens above only if time remains; report the timeout.
+                queued.leave().await;
                 return Err(self.timed_out());
             }
         }
@@ -177,7 +241,7 @@ impl Lock {
                 };
             }
         }
-        match self.attempt().await? {
+        match self.attempt(None).await? {
             Attempt::Granted(g) => Ok(Some(g)),
             Attempt::Held { .. } | Attempt::Expired => Ok(None),
         }
@@ -219,7 +283,8 @@ impl Lock {
         }
     }
 
-    async fn attempt(&self) -> Result<Attempt> {
+    /// One acquire script call; `queue_ms` (fair mode): join the queue for that long if held.
+    async fn attempt(&self, queue_ms: Option<u64>) -> Result<Attempt> {
         let inner = &self.inner;
         let c = &inner.client.inner;
         let Backend::Single { conn, .. } = &c.backend else {
@@ -232,7 +297,7 @@ impl Lock {
         let mut pending = Pending { lock: Some((self.clone(), op)), prior };
         let t_send = Instant::now();
         // With replica_acks, the script and its WAIT go out as one pipeline (replicas.rs).
-        let acquired = crate::replicas::acquire(inner, conn).await;
+        let acquired = crate::replicas::acquire(inner, conn, queue_ms).await;
         let acquired = match acquired {
             Ok(a) => a,
             Err(e) => {
@@ -256,7 +321,7 @@ impl Lock {
         let _op = pending.disarm();
         let items = as_array(&acquired.reply)?;
         match int_at(items, 0)? {
-            0 => Ok(Attempt::Held { pttl: int_at(items, 1)? }),
+            0 => Ok(Attempt::Held { pttl: int_at(items, 1)?, t_send }),
             2 => Err(Error::new(
                 ErrorKind::ReentrancyLimit,
                 format!("re-entry refused: depth {} is the limit", c.opts.max_reentrancy),
@@ -339,14 +404,25 @@ impl Lock {
             } else {
                 cmd.arg(scripts::RELEASE.get_hash());
             }
-            cmd.arg(1).arg(&inner.keys.hold).arg(&*inner.token).arg(&inner.keys.channel).arg(target);
+            let k = &inner.keys;
+            if inner.fair {
+                cmd.arg(4).arg(&k.hold).arg(&k.fence).arg(&k.queue).arg(&k.waiters);
+            } else {
+                cmd.arg(1).arg(&k.hold);
+            }
+            cmd.arg(&*inner.token).arg(&k.channel).arg(target);
             if let Some(fence) = level.fence.filter(|_| target > 0) {
                 cmd.arg(fence.to_string());
-            } else if conn.sharded() {
+            } else if conn.sharded() || inner.fair {
                 cmd.arg(""); // no fence; ARGV[5] follows
             }
             if conn.sharded() {
                 cmd.arg("sharded"); // SPUBLISH on a cluster (docs/PROTOCOL.md)
+            } else if inner.fair {
+                cmd.arg("");
+            }
+            if inner.fair {
+                cmd.arg(timing::millis(c.inner.opts.fence_retention));
             }
             cmd
         };
@@ -396,6 +472,48 @@ impl fmt::Debug for Lock {
 struct Level {
     count: u32,
     fence: Option<u64>,
+}
+
+/// Fair mode: the place in the server's queue of an acquire that may have joined it. Armed
+/// from a "held" reply that queued this token until the acquire returns a grant; an acquire
+/// that gives up otherwise leaves the queue (and hands on a grant made to it meanwhile), and
+/// keeps this handle's queue turn until that is done.
+struct Queued {
+    lock: Lock,
+    turn: Option<OwnedMutexGuard<()>>,
+    armed: bool,
+}
+
+impl Queued {
+    async fn leave(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            self.lock.leave_queue().await;
+        }
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            let (lock, turn) = (self.lock.clone(), self.turn.take());
+            let rt = lock.inner.client.inner.runtime.clone();
+            rt.spawn(async move {
+                let _turn = turn; // this handle's next acquire waits for the undo
+                lock.leave_queue().await;
+            });
+        }
+    }
+}
+
+impl Lock {
+    /// Fair mode: leave the queue; a grant made to this token meanwhile (which this handle never
+    /// took) is released and handed on by the same script.
+    async fn leave_queue(&self) {
+        let _op = self.inner.op.clone().lock_owned().await;
+        if self.live_count() == 0 {
+            let _ = self.send_release_level(Level { count: 0, fence: None }).await;
+        }
+    }
 }
 
 /// Undo of an acquire whose outcome is unknown (timeout, dropped connection, cancellation).

@@ -27,6 +27,14 @@
 //! - A lost connection wakes every waiter (they retry and re-read the holder's PTTL); the
 //!   connection manager resubscribes.
 //!
+//! Fair mode (docs/PROTOCOL.md): a release that hands the lock to a queued waiter publishes
+//! `G:<token>:<fence>` instead of the hold's key. That message wakes only the waiter of this
+//! client whose subscription carries that token ([`Subscription::set_token`]), with the fence
+//! ([`Subscription::take_grant`]); no other waiter of this client is woken (the lock is held).
+//! A grant kept by a waiter is cleared by its next [`Subscription::mark`]: a grant that arrived
+//! before a try is reflected in that try's reply (the try finds this token holding), or was
+//! undone by this client meanwhile.
+//!
 //! Redlock waiters use [`Notifier::peek_all`] / [`Notifier::subscribe_all`]: every message wakes
 //! them (messages from N masters arrive on N connections, so the ordering argument above does not
 //! hold across masters).
@@ -52,6 +60,10 @@ struct Slot {
     notify: Notify,
     /// Wake-one (FIFO) or every message (Redlock).
     fifo: bool,
+    /// Fair mode: the owner token this waiter is queued with.
+    token: std::sync::OnceLock<Arc<str>>,
+    /// Fair mode: the fence of a grant to `token` announced since the last mark (0: none).
+    grant: std::sync::atomic::AtomicU64,
 }
 
 impl Slot {
@@ -84,14 +96,21 @@ struct Chan {
 
 impl Chan {
     /// One release message: every broadcast waiter, and the oldest FIFO waiter without a
-    /// pending wake.
-    fn deliver(&mut self) {
+    /// pending wake; a fair grant (token, fence) wakes only the FIFO waiter queued with that
+    /// token, if it is one of this client's.
+    fn deliver(&mut self, grant: Option<(&[u8], u64)>) {
         self.delivered += 1;
         self.turn.notify_waiters();
         let mut fifo_done = false;
         for slot in self.waiters.values() {
             if !slot.fifo {
                 slot.wake();
+            } else if let Some((token, fence)) = grant {
+                if !fifo_done && slot.token.get().is_some_and(|t| t.as_bytes() == token) {
+                    slot.grant.store(fence, Ordering::Release);
+                    slot.wake();
+                    fifo_done = true;
+                }
             } else if !fifo_done && !slot.woken.load(Ordering::Acquire) {
                 slot.wake();
                 fifo_done = true;
@@ -130,6 +149,15 @@ impl Drop for Notifier {
     }
 }
 
+/// A fair grant's message `G:<token>:<fence>` (a hold key always contains `{`, so a plain
+/// release message never parses as one).
+fn parse_grant(payload: &[u8]) -> Option<(&[u8], u64)> {
+    let rest = payload.strip_prefix(b"G:")?;
+    let colon = rest.iter().rposition(|&b| b == b':')?;
+    let fence = std::str::from_utf8(&rest[colon + 1..]).ok()?.parse::<u64>().ok()?;
+    (fence > 0).then_some((&rest[..colon], fence))
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -143,8 +171,12 @@ impl Notifier {
                     Some(Value::BulkString(b)) => b.as_slice(),
                     _ => return,
                 };
+                let grant = match info.data.get(1) {
+                    Some(Value::BulkString(p)) => parse_grant(p),
+                    _ => None,
+                };
                 if let Some(chan) = lock(&self.channels).get_mut(name) {
-                    chan.deliver();
+                    chan.deliver(grant);
                 }
             }
             PushKind::Disconnection => {
@@ -194,6 +226,8 @@ impl Notifier {
             owed: AtomicBool::new(false),
             notify: Notify::new(),
             fifo,
+            token: std::sync::OnceLock::new(),
+            grant: std::sync::atomic::AtomicU64::new(0),
         });
         chan.waiters.insert(id, slot.clone());
         Subscription {
@@ -361,6 +395,7 @@ pub(crate) struct Subscription {
 impl Subscription {
     /// Call right before each try: [`Self::changed`] then waits for a release after this point.
     pub fn mark(&mut self) {
+        self.slot.grant.store(0, Ordering::Release);
         if self.slot.woken.load(Ordering::Acquire) {
             self.slot.owed.store(true, Ordering::Release); // set before woken is cleared: busy()
             self.slot.woken.store(false, Ordering::Release);
@@ -402,6 +437,19 @@ impl Subscription {
             let mut older = c.waiters.range(..self.id).map(|(_, s)| s).filter(|s| s.fifo).peekable();
             older.peek().is_some() && (c.delivered < c.expect || older.any(|s| s.busy()))
         })
+    }
+
+    /// Fair mode: the owner token this waiter queues with (set before its first try).
+    pub fn set_token(&self, token: Arc<str>) {
+        let _ = self.slot.token.set(token);
+    }
+
+    /// Fair mode: the fence of a grant to this waiter's token announced since the last mark.
+    pub fn take_grant(&self) -> Option<u64> {
+        match self.slot.grant.swap(0, Ordering::AcqRel) {
+            0 => None,
+            f => Some(f),
+        }
     }
 
     /// The try after the last mark was granted: no wake to hand on.
@@ -459,6 +507,36 @@ mod tests {
             kind: PushKind::Message,
             data: vec![Value::BulkString(CH.to_vec()), Value::BulkString(b"k".to_vec())],
         });
+    }
+
+    fn grant(n: &Notifier, payload: &[u8]) {
+        n.on_push(PushInfo {
+            kind: PushKind::Message,
+            data: vec![Value::BulkString(CH.to_vec()), Value::BulkString(payload.to_vec())],
+        });
+    }
+
+    #[test]
+    fn a_fair_grant_wakes_its_token_only_and_a_mark_forgets_it() {
+        let n = notifier();
+        let w = waiting(&n, 3);
+        w[1].set_token("bbb".into());
+        w[2].set_token("ccc".into());
+        grant(&n, b"G:ccc:42");
+        assert_eq!((woken(&w[0]), woken(&w[1]), woken(&w[2])), (false, false, true));
+        assert_eq!(w[2].take_grant(), Some(42));
+        assert_eq!(w[2].take_grant(), None, "a grant is taken once");
+        grant(&n, b"G:zzz:43"); // another client's waiter: nobody here is woken
+        assert!(!woken(&w[0]) && !woken(&w[1]));
+        grant(&n, b"G:bbb:44");
+        let mut w = w;
+        w[1].mark();
+        assert_eq!(w[1].take_grant(), None, "a grant announced before a try outlived the try");
+        // Payloads that are not grants: hold keys (they contain '{'), malformed fences.
+        for p in [&b"ferrolock:{G:x}"[..], b"G:ccc:", b"G:ccc:x", b"G:ccc:0", b"G:"] {
+            assert_eq!(parse_grant(p), None, "{}", String::from_utf8_lossy(p));
+        }
+        assert_eq!(parse_grant(b"G:a:b:7"), Some((&b"a:b"[..], 7)));
     }
 
     fn woken(s: &Subscription) -> bool {

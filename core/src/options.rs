@@ -288,17 +288,29 @@ pub struct LockOptions {
     /// Keep the lease alive in the background until release (`None`: renew exactly when `ttl`
     /// is `None`, i.e. a lock without an explicit lease is kept alive by the watchdog).
     pub renew: Option<bool>,
+    /// Fair mode (docs/PROTOCOL.md "Fair mode"): a waiter joins a queue kept by the server, and
+    /// each release hands the lock straight to the oldest waiter, which learns it from the
+    /// release message without another round trip. Single node, Sentinel and Cluster only (not
+    /// Redlock, not with `replica_acks`). Contenders of one name should agree on the mode: a
+    /// non-fair contender is safe but may barge.
+    pub fair: bool,
 }
 
 impl LockOptions {
     /// A fixed lease: the hold expires `ttl` after each acquire or extend, with no renewal.
     pub fn lease(ttl: Duration) -> Self {
-        LockOptions { ttl: Some(ttl), renew: Some(false) }
+        LockOptions { ttl: Some(ttl), renew: Some(false), fair: false }
     }
 
     /// A lease of `ttl` renewed by the watchdog every `ttl / 3` until release.
     pub fn renewing(ttl: Duration) -> Self {
-        LockOptions { ttl: Some(ttl), renew: Some(true) }
+        LockOptions { ttl: Some(ttl), renew: Some(true), fair: false }
+    }
+
+    /// The same options in fair mode (`fair = true`) or not.
+    pub fn with_fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
     }
 
     pub(crate) fn resolve(&self, client: &ClientOptions) -> Result<(Duration, bool)> {

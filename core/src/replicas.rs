@@ -38,18 +38,20 @@ pub(crate) struct Acquired {
 
 /// Run the acquire script for `lock` on `conn`; with `replica_acks`, in one pipeline with its
 /// `WAIT`. Errors are those of the script (the `WAIT`'s own are checked by [`confirm_grant`]).
-pub(crate) async fn acquire(lock: &LockInner, conn: &Conn) -> RedisResult<Acquired> {
+/// `queue_ms`: fair mode's stay in the queue when the lock is held (never with `replica_acks`).
+pub(crate) async fn acquire(lock: &LockInner, conn: &Conn, queue_ms: Option<u64>) -> RedisResult<Acquired> {
     let opts = &lock.client.inner.opts;
     let Some(acks) = opts.replica_acks else {
-        let reply = scripts::ACQUIRE
-            .key(&lock.keys.hold)
-            .key(&lock.keys.fence)
+        let mut call = scripts::ACQUIRE.key(&lock.keys.hold);
+        call.key(&lock.keys.fence)
             .arg(&*lock.token)
             .arg(timing::millis(lock.ttl))
             .arg(timing::millis(opts.fence_retention))
-            .arg(opts.max_reentrancy)
-            .invoke_async(&mut conn.clone())
-            .await?;
+            .arg(opts.max_reentrancy);
+        if let Some(ms) = queue_ms {
+            call.key(&lock.keys.queue).key(&lock.keys.waiters).arg(ms);
+        }
+        let reply = call.invoke_async(&mut conn.clone()).await?;
         return Ok(Acquired { reply, waited: None });
     };
     // Pipelines get no automatic SCRIPT LOAD: on NOSCRIPT, send the script itself (EVAL also

@@ -292,3 +292,44 @@ async fn a_resubscription_does_not_shift_script_replies() {
         }
     }
 }
+
+// Fair mode on a cluster: the waiters queue on the lock's master and each release hands the
+// lock on with a sharded message, so the waiters of two other clients get it in arrival order
+// with no try after the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_mode_hands_on_over_sharded_messages() {
+    let cluster = RedisCluster::start(3, 0);
+    let fair = LockOptions::lease(Duration::from_secs(10)).with_fair(true);
+    let node = cluster.master_of(&key("fair"));
+    let holder = Client::connect(&cluster.url(1), opts()).await.unwrap().lock("fair", fair).unwrap();
+    // Once free and released first, so the release script is cached on the node (a first
+    // EVALSHA would count twice: NOSCRIPT, then EVAL).
+    holder.try_acquire().await.unwrap().expect("free").release().await.unwrap();
+    let g = holder.try_acquire().await.unwrap().expect("free");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        let lock = Client::connect(&cluster.url(2), opts()).await.unwrap().lock("fair", fair).unwrap();
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = lock.acquire(Some(Duration::from_secs(10))).await.unwrap();
+            order.lock().unwrap().push(i);
+            g.release().await.unwrap();
+        }));
+        let start = Instant::now();
+        while node.cmd::<i64>(&["LLEN", &format!("{}:queue", key("fair"))]) != i as i64 + 1 {
+            assert!(start.elapsed() < Duration::from_secs(5), "waiter {i} never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let scripts_before = calls(node, "evalsha") + calls(node, "eval");
+    let spublish_before = calls(node, "spublish");
+    g.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1], "grants out of arrival order");
+    let scripts = calls(node, "evalsha") + calls(node, "eval") - scripts_before;
+    assert_eq!(scripts, 3, "{scripts} scripts for 3 releases: a waiter tried again");
+    assert_eq!(calls(node, "spublish") - spublish_before, 3, "each release sends one sharded message");
+}

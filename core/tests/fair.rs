@@ -1,0 +1,289 @@
+//! Fair mode (docs/PROTOCOL.md "Fair mode") against real redis-server processes: a server-side
+//! queue of waiters, each release handing the lock straight to the oldest one.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions};
+use redis::AsyncCommands;
+
+const LEASE: Duration = Duration::from_secs(10);
+
+fn opts(fair: bool) -> LockOptions {
+    LockOptions::lease(LEASE).with_fair(fair)
+}
+
+async fn data_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let c = redis::Client::open(server.url()).unwrap();
+    c.get_multiplexed_async_connection().await.unwrap()
+}
+
+async fn queue_len(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> usize {
+    conn.llen(format!("ferrolock:{{{name}}}:queue")).await.unwrap()
+}
+
+/// Wait (bounded) until `name`'s queue holds `n` waiters.
+async fn until_queued(conn: &mut redis::aio::MultiplexedConnection, name: &str, n: usize) {
+    let t0 = Instant::now();
+    while queue_len(conn, name).await != n {
+        assert!(t0.elapsed() < Duration::from_secs(5), "queue of {name} never reached {n}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A holder, then `k` waiters (one client each) started one after another; returns the order in
+/// which they got the lock and the EVALSHA calls made from the holder's release on.
+async fn handoff_order(server: &RedisServer, name: &str, fair: bool, k: usize) -> (Vec<usize>, u64) {
+    let mut data = data_conn(server).await;
+    let holder = connect(server).await.lock(name, opts(fair)).unwrap();
+    let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..k {
+        let lock = connect(server).await.lock(name, opts(fair)).unwrap();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = lock.acquire(Some(Duration::from_secs(20))).await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            g.release().await.unwrap();
+        }));
+        if fair {
+            until_queued(&mut data, name, i + 1).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(100)).await; // subscribed and waiting
+        }
+    }
+    let before = evalsha_calls(server);
+    g.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let calls = evalsha_calls(server) - before;
+    let order = order.lock().unwrap().clone();
+    (order, calls)
+}
+
+// Waiters of different clients get the lock in arrival order, each from the previous holder's
+// release alone: the only scripts run after the first release are the releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_granted_in_arrival_order_without_another_try() {
+    let server = RedisServer::start();
+    let (order, calls) = handoff_order(&server, "fifo", true, 5).await;
+    assert_eq!(order, vec![0, 1, 2, 3, 4], "grants out of arrival order");
+    assert_eq!(calls, 6, "{calls} scripts for 6 releases: a waiter tried again");
+    let mut data = data_conn(&server).await;
+    assert_eq!(queue_len(&mut data, "fifo").await, 0);
+    let left: bool = data.exists("ferrolock:{fifo}:waiters").await.unwrap();
+    assert!(!left, "the waiter table outlived its waiters");
+
+    // Control: without fair mode every grant costs its waiter a try after the release.
+    let (_, calls) = handoff_order(&server, "nofifo", false, 5).await;
+    assert!(calls >= 11, "control: {calls} scripts; the count above cannot tell the modes apart");
+}
+
+/// 8 clients loop acquire → hold 1 ms → release on one name; returns who got each grant.
+async fn take_turns(server: &RedisServer, name: &str, fair: bool) -> Vec<usize> {
+    let inside = Arc::new(Mutex::new(0));
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let lock = connect(server).await.lock(name, opts(fair)).unwrap();
+        let (inside, got) = (inside.clone(), got.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                let g = lock.acquire(Some(Duration::from_secs(20))).await.unwrap();
+                {
+                    let mut n = inside.lock().unwrap();
+                    *n += 1;
+                    assert_eq!(*n, 1, "two holders at once");
+                }
+                got.lock().unwrap().push(i);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                *inside.lock().unwrap() -= 1;
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let got = got.lock().unwrap().clone();
+    assert_eq!(got.len(), 160);
+    got
+}
+
+// 8 clients looping: no overlap, and each gets its turn: the releaser, trying again at once,
+// queues behind the others instead of barging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_looping_take_turns() {
+    let server = RedisServer::start();
+    let got = take_turns(&server, "turns", true).await;
+    // Once all 8 are queued, the order is a rotation: no client gets two turns in a row.
+    let repeats = got.windows(2).skip(8).filter(|w| w[0] == w[1]).count();
+    assert_eq!(repeats, 0, "a releaser barged ahead of the queue: {got:?}");
+
+    // Control: without fair mode a releaser of one client races the others' woken waiters.
+    let got = take_turns(&server, "barge", false).await;
+    let repeats = got.windows(2).skip(8).filter(|w| w[0] == w[1]).count();
+    eprintln!("without fair mode: {repeats} repeated turns of 152");
+    assert!(repeats > 0, "control: no barging seen without fair mode");
+}
+
+// A waiter that gives up (its wait ends, or its future is dropped) leaves the queue, so the next
+// release goes to a waiter that is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_queue() {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let holder = connect(&server).await.lock("leave", opts(true)).unwrap();
+    let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+
+    let timed = connect(&server).await.lock("leave", opts(true)).unwrap();
+    let err = timed.acquire(Some(Duration::from_millis(150))).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AcquireTimeout);
+    assert_eq!(queue_len(&mut data, "leave").await, 0, "a timed-out waiter stayed queued");
+
+    let cancelled = connect(&server).await.lock("leave", opts(true)).unwrap();
+    let r = tokio::time::timeout(Duration::from_millis(150), cancelled.acquire(None)).await;
+    assert!(r.is_err(), "the acquire should still be waiting");
+    until_queued(&mut data, "leave", 0).await;
+
+    let waiter = connect(&server).await.lock("leave", opts(true)).unwrap();
+    let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(5))).await?.release().await });
+    until_queued(&mut data, "leave", 1).await;
+    let t0 = Instant::now();
+    g.release().await.unwrap();
+    w.await.unwrap().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(2), "the release went to a waiter that had left");
+
+    // Control: a queued waiter that never leaves (a raw script call, as by a client that died)
+    // is handed the lock, and the live waiter behind it does not get it within the same bound.
+    let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
+    let _: redis::Value = script
+        .key("ferrolock:{leave}")
+        .key("ferrolock:{leave}:fence")
+        .key("ferrolock:{leave}:queue")
+        .key("ferrolock:{leave}:waiters")
+        .arg("dead-token")
+        .arg(10_000)
+        .arg(60_000)
+        .arg(10)
+        .arg(60_000)
+        .invoke_async(&mut data)
+        .await
+        .unwrap();
+    let waiter = connect(&server).await.lock("leave", opts(true)).unwrap();
+    let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(2))).await.map(|_| ()) });
+    until_queued(&mut data, "leave", 2).await;
+    g.release().await.unwrap();
+    let owner: Option<String> = data.hget("ferrolock:{leave}", "owner").await.unwrap();
+    assert_eq!(owner.as_deref(), Some("dead-token"), "control: the stale entry was not granted");
+    let err = w.await.unwrap().unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::AcquireTimeout,
+        "control: the waiter got a lock held by the dead entry"
+    );
+}
+
+// A grant whose message never reached the waiter (here: made by hand, without a message) is
+// found by the waiter's next try (at the holder's lease bound) and counted once.
+#[tokio::test]
+async fn a_grant_the_waiter_never_heard_of_is_taken_once() {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let holder = connect(&server)
+        .await
+        .lock("quiet", LockOptions::lease(Duration::from_millis(400)).with_fair(true))
+        .unwrap();
+    let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+    let waiter = connect(&server).await.lock("quiet", opts(true)).unwrap();
+    let w = tokio::spawn(async move {
+        let g = waiter.acquire(Some(Duration::from_secs(5))).await.unwrap();
+        let count = g.count();
+        g.release().await.unwrap();
+        count
+    });
+    until_queued(&mut data, "quiet", 1).await;
+    let token: String = data.lindex("ferrolock:{quiet}:queue", 0).await.unwrap();
+    let _: () = redis::pipe()
+        .atomic()
+        .del("ferrolock:{quiet}:queue")
+        .del("ferrolock:{quiet}:waiters")
+        .hset_multiple("ferrolock:{quiet}", &[("owner", token.as_str()), ("count", "1"), ("fence", "9")])
+        .pexpire("ferrolock:{quiet}", 10_000)
+        .query_async(&mut data)
+        .await
+        .unwrap();
+    assert_eq!(w.await.unwrap(), 1, "the unseen grant was counted twice");
+    let held: bool = data.exists("ferrolock:{quiet}").await.unwrap();
+    assert!(!held, "one release did not free the lock");
+    drop(g);
+}
+
+// Fair and non-fair contenders on one name stay mutually exclusive (fairness aside).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_and_non_fair_contenders_never_overlap() {
+    let server = RedisServer::start();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let client = connect(&server).await;
+        let mut data = data_conn(&server).await;
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock("mixed", opts(i % 2 == 0)).unwrap();
+            for _ in 0..30 {
+                let g = lock.acquire(Some(Duration::from_secs(20))).await.unwrap();
+                let v: i64 = data.get("ctr").await.unwrap_or(0);
+                tokio::time::sleep(Duration::from_micros(300)).await;
+                let _: () = data.set("ctr", v + 1).await.unwrap();
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut data = data_conn(&server).await;
+    let n: i64 = data.get("ctr").await.unwrap();
+    assert_eq!(n, 180, "lost updates: two holders overlapped");
+
+    // Control: the same read-modify-write without the lock loses updates.
+    let _: () = data.set("ctr2", 0).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let mut data = data_conn(&server).await;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..30 {
+                let v: i64 = data.get("ctr2").await.unwrap_or(0);
+                tokio::time::sleep(Duration::from_micros(300)).await;
+                let _: () = data.set("ctr2", v + 1).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let n: i64 = data.get("ctr2").await.unwrap();
+    assert!(n < 180, "control: no update was lost without the lock");
+}
+
+// Where a handed-over grant cannot be trusted, fair mode is refused up front.
+#[tokio::test]
+async fn fair_mode_is_refused_with_redlock_and_replica_acks() {
+    let server = RedisServer::start();
+    let redlock = Client::connect_redlock(&[server.url()], ClientOptions::default()).await.unwrap();
+    let err = redlock.lock("r", opts(true)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    let mut o = ClientOptions::default();
+    o.replica_acks = Some(ferrolock::ReplicaAcks::new(1, Duration::from_millis(100)));
+    let acks = connect_with(&server, o).await;
+    assert_eq!(acks.lock("r", opts(true)).unwrap_err().kind(), ErrorKind::InvalidConfig);
+    // Control: the same clients accept the lock without fair mode.
+    redlock.lock("r", opts(false)).unwrap();
+    acks.lock("r", opts(false)).unwrap();
+}
