@@ -170,6 +170,9 @@ func (c *Client) Lock(name string, opts *LockOptions) (*Lock, error) {
 		}
 		o.ttl_ms = millis(opts.TTL)
 		o.renew = C.uint32_t(opts.Renew)
+		if opts.Fair {
+			o.fair = 1
+		}
 	}
 	n, nlen := bytesArg(name)
 	var l *C.ferrolock_lock

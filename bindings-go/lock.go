@@ -30,6 +30,9 @@ const (
 type LockOptions struct {
 	TTL   time.Duration // lease length; 0: the client's WatchdogTTL
 	Renew RenewMode
+	// Fair: waiters queue on the server and each release hands the lock to the oldest one
+	// (first come, first served). Not on a Redlock client or with ReplicaAcks (ErrInvalidConfig).
+	Fair bool
 }
 
 // Lock is one named lock with its own owner token. Safe for concurrent use; acquiring through the

@@ -237,6 +237,11 @@ export interface LockOptions {
    * omitted.
    */
   renew?: boolean
+  /**
+   * Fair mode: waiters queue on the server and each release hands the lock to the oldest one
+   * (first come, first served). Not with Redlock or `replicaAcks`. Default false.
+   */
+  fair?: boolean
 }
 
 /** The wire-format version implemented (docs/PROTOCOL.md). */

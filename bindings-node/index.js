@@ -234,8 +234,8 @@ Client.prototype.withLock = async function withLock(name, fn, options) {
   if (options !== undefined && options !== null && typeof options !== 'object') {
     throw makeError(INVALID_ARGUMENT, 'withLock options must be an object');
   }
-  const { ttl, renew, wait, signal } = options ?? {};
-  const lock = this.lock(name, { ttl, renew });
+  const { ttl, renew, fair, wait, signal } = options ?? {};
+  const lock = this.lock(name, { ttl, renew, fair });
   const held = await lock.acquire({ wait, signal });
   let ok = false;
   let result;

@@ -297,6 +297,12 @@ typedef struct {
    * One of ::ferrolock_renew (as an integer; other values give INVALID_ARGUMENT).
    */
   uint32_t renew;
+  /**
+   * 1: fair mode (waiters queue on the server and each release hands the lock to the oldest
+   * one; INVALID_CONFIG on a Redlock client or with replica acks); 0: off. Other values give
+   * INVALID_ARGUMENT.
+   */
+  uint32_t fair;
 } ferrolock_lock_options;
 
 #ifdef __cplusplus

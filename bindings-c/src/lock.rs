@@ -44,10 +44,23 @@ pub struct ferrolock_lock_options {
     pub ttl_ms: u64,
     /// One of ::ferrolock_renew (as an integer; other values give INVALID_ARGUMENT).
     pub renew: u32,
+    /// 1: fair mode (waiters queue on the server and each release hands the lock to the oldest
+    /// one; INVALID_CONFIG on a Redlock client or with replica acks); 0: off. Other values give
+    /// INVALID_ARGUMENT.
+    pub fair: u32,
 }
 
 fn to_options(o: Option<&ferrolock_lock_options>) -> Result<LockOptions, Error> {
     let Some(o) = o else { return Ok(LockOptions::default()) };
+    let fair = match o.fair {
+        0 => false,
+        1 => true,
+        _ => return Err(Error::new(ErrorKind::InvalidArgument, "fair must be 0 or 1")),
+    };
+    Ok(ttl_and_renew(o)?.with_fair(fair))
+}
+
+fn ttl_and_renew(o: &ferrolock_lock_options) -> Result<LockOptions, Error> {
     let renew = match o.renew {
         0 => None,
         1 => Some(true),

@@ -183,6 +183,9 @@ pub struct LockOptions {
     /// Renew the lease in the background until release. Default: renew exactly when `ttl` is
     /// omitted.
     pub renew: Option<bool>,
+    /// Fair mode: waiters queue on the server and each release hands the lock to the oldest one
+    /// (first come, first served). Not with Redlock or `replicaAcks`. Default false.
+    pub fair: Option<bool>,
 }
 
 impl LockOptions {
@@ -191,7 +194,7 @@ impl LockOptions {
         let mut o = ferrolock::LockOptions::default();
         o.ttl = ttl;
         o.renew = self.renew;
-        Ok(o)
+        Ok(o.with_fair(self.fair.unwrap_or(false)))
     }
 }
 
@@ -216,7 +219,7 @@ mod tests {
         assert_eq!(c.as_ref().map(|c| (c.watchdog_ttl, c.max_reentrancy)), Some((Duration::from_secs(1), 3)));
         let bad = ClientOptions { max_reentrancy: Some(0.5), ..Default::default() };
         assert_eq!(bad.to_core().err().map(|e| e.kind()), Some(ErrorKind::InvalidConfig));
-        let l = LockOptions { ttl: Some(-5.0), renew: None };
+        let l = LockOptions { ttl: Some(-5.0), renew: None, fair: None };
         assert_eq!(l.to_core().err().map(|e| e.kind()), Some(ErrorKind::InvalidDuration));
     }
 }

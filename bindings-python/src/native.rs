@@ -95,16 +95,17 @@ fn info_to_py(py: Python<'_>, info: Option<LockInfo>) -> PyResult<Py<PyAny>> {
 #[pymethods]
 impl NativeClient {
     /// A lock handle with a fresh owner token (no I/O).
-    #[pyo3(signature = (name, ttl = None, renew = None))]
+    #[pyo3(signature = (name, ttl = None, renew = None, fair = false))]
     fn lock(
         &self,
         py: Python<'_>,
         name: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
         renew: Option<bool>,
+        fair: bool,
     ) -> PyResult<NativeLock> {
         let name = convert::name(name)?;
-        let mut opts = LockOptions::default();
+        let mut opts = LockOptions::default().with_fair(fair);
         opts.ttl = convert::opt_duration(ttl, "ttl")?;
         opts.renew = renew;
         let lock = self.inner.get(py)?.lock(name, opts).map_err(|e| errors::to_py(py, e))?;

@@ -31,7 +31,8 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
     let opts = match a.ttl {
         Some(ttl) => LockOptions::renewing(ttl),
         None => LockOptions::default(), // the client's watchdog lease (30 s), renewed
-    };
+    }
+    .with_fair(a.fair);
     let lock = client.lock(&name, opts).map_err(|e| Fail::core("cannot lock", &e))?;
 
     let guard = tokio::select! {

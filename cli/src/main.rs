@@ -96,6 +96,11 @@ pub struct ExecArgs {
     /// ferrolock frees the lock after at most this long. Default 30s.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
     pub ttl: Option<Duration>,
+    /// Fair mode: queue on the server; each release hands the lock to the oldest waiter
+    /// (first come, first served). Every contender of the name should use it (not with
+    /// --redlock).
+    #[arg(long)]
+    pub fair: bool,
     /// Exit code when the lock is not obtained (--no-wait, or --wait elapsed).
     #[arg(long, short = 'E', value_name = "N", default_value_t = code::CONFLICT)]
     pub conflict_exit_code: u8,

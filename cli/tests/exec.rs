@@ -345,3 +345,45 @@ fn a_loss_stops_the_commands_children_too_when_not_on_a_terminal() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `--fair`: runs waiting on a held name get it in the order they started waiting.
+#[test]
+fn fair_runs_get_the_lock_in_arrival_order() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("fair");
+    let (ready, log) = (dir.path("ready"), dir.path("order.log"));
+    let first = holder(&server, "fair", &ready, &["--fair"]);
+    let mut waiting = Vec::new();
+    for (i, id) in ["b", "c", "d"].into_iter().enumerate() {
+        let mut c = on(&server);
+        c.args([
+            "exec",
+            "--fair",
+            "--quiet",
+            "--wait",
+            "30s",
+            "fair",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$2\" >> \"$1\"",
+            "sh",
+        ])
+        .arg(&log)
+        .arg(id);
+        waiting.push(Proc::spawn(&mut c));
+        let t0 = Instant::now();
+        while server.cmd::<i64>(&["LLEN", "ferrolock:{fair}:queue"]) != i as i64 + 1 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "run {id} never queued");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    first.signal(libc::SIGTERM);
+    first.finish(Duration::from_secs(20));
+    for p in waiting {
+        let out = p.finish(Duration::from_secs(30));
+        assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    }
+    assert_eq!(read_lines(&log), ["b", "c", "d"]);
+    assert!(!held(&server, "fair"));
+}

@@ -253,7 +253,7 @@ static ferrolock_result client_with(fixture *f, ferrolock_client_options o, cons
 }
 
 static ferrolock_result lock_with(fixture *f, uint64_t ttl_ms, uint32_t renew, ferrolock_error **e) {
-  ferrolock_lock_options lo = {ttl_ms, renew};
+  ferrolock_lock_options lo = {ttl_ms, renew, 0};
   return ferrolock_lock_new(f->c, (const uint8_t *)"n", 1, &lo, &f->out_lock, e);
 }
 
@@ -334,7 +334,7 @@ static ferrolock_result r_name_1mib_default_cap(fixture *f, ferrolock_error **e)
 /* Documented allows: binary names (NUL, braces, CR LF, 0xff) at the cap, 1 MiB once the cap is raised. */
 static ferrolock_result r_name_binary_ok(fixture *f, ferrolock_error **e) {
   const uint8_t binary[16] = {0, 1, '{', '}', 0xff, '\r', '\n', ' ', 0, 'x', 'y', 'z', 0, 0, 7, 8};
-  ferrolock_lock_options lo = {5000, FERROLOCK_RENEW_NEVER};
+  ferrolock_lock_options lo = {5000, FERROLOCK_RENEW_NEVER, 0};
   ferrolock_lock *l = NULL;
   ferrolock_result rc = ferrolock_lock_new(f->c, binary, sizeof binary, &lo, &l, e);
   if (rc != FERROLOCK_RESULT_OK) return rc;
@@ -354,7 +354,7 @@ static ferrolock_result r_name_1mib_raised_cap_ok(fixture *f, ferrolock_error **
   o.max_name_len = (size_t)2 << 20;
   ferrolock_client *roomy = NULL;
   OK(ferrolock_client_new(URL, strlen(URL), &o, &roomy, &err));
-  ferrolock_lock_options lo = {5000, FERROLOCK_RENEW_NEVER};
+  ferrolock_lock_options lo = {5000, FERROLOCK_RENEW_NEVER, 0};
   ferrolock_lock *l = NULL;
   ferrolock_result rc = ferrolock_lock_new(roomy, big, n, &lo, &l, e);
   free(big); /* the name was copied */
@@ -370,6 +370,18 @@ static ferrolock_result r_name_1mib_raised_cap_ok(fixture *f, ferrolock_error **
 /* TTLs, waits and renew modes. */
 static ferrolock_result r_renew_unknown(fixture *f, ferrolock_error **e) { return lock_with(f, 0, 9, e); }
 static ferrolock_result r_ttl0_never(fixture *f, ferrolock_error **e) { return lock_with(f, 0, FERROLOCK_RENEW_NEVER, e); }
+static ferrolock_result r_fair_unknown(fixture *f, ferrolock_error **e) {
+  ferrolock_lock_options lo = {0, 0, 2};
+  return ferrolock_lock_new(f->c, (const uint8_t *)"n", 1, &lo, &f->out_lock, e);
+}
+static ferrolock_result r_fair_on(fixture *f, ferrolock_error **e) {
+  ferrolock_lock_options lo = {5000, FERROLOCK_RENEW_NEVER, 1};
+  ferrolock_lock *l = NULL;
+  ferrolock_result rc = ferrolock_lock_new(f->c, (const uint8_t *)"n", 1, &lo, &l, e);
+  CHECK(l != NULL);
+  ferrolock_lock_free(l);
+  return rc;
+}
 static ferrolock_result r_ttl_1ms(fixture *f, ferrolock_error **e) { return lock_with(f, 1, FERROLOCK_RENEW_NEVER, e); }
 static ferrolock_result r_ttl_400d(fixture *f, ferrolock_error **e) { return lock_with(f, (uint64_t)400 * 24 * 3600 * 1000, FERROLOCK_RENEW_NEVER, e); }
 static ferrolock_result r_ttl_u64max(fixture *f, ferrolock_error **e) { return lock_with(f, UINT64_MAX, FERROLOCK_RENEW_ALWAYS, e); }
@@ -466,6 +478,8 @@ static const struct {
     /* TTL 0 / tiny / huge / ms->ns overflow, waits, renew modes */
     {"lock_new(renew 9)", FERROLOCK_RESULT_INVALID_ARGUMENT, r_renew_unknown, 0},
     {"lock_new(ttl_ms 0, RENEW_NEVER)", FERROLOCK_RESULT_INVALID_ARGUMENT, r_ttl0_never, 0},
+    {"lock_new(fair 2)", FERROLOCK_RESULT_INVALID_ARGUMENT, r_fair_unknown, 0},
+    {"lock_new(fair 1) allowed", FERROLOCK_RESULT_OK, r_fair_on, 0},
     {"lock_new(ttl_ms 1: no validity after drift)", FERROLOCK_RESULT_INVALID_DURATION, r_ttl_1ms, 0},
     {"lock_new(ttl_ms 400 days)", FERROLOCK_RESULT_INVALID_DURATION, r_ttl_400d, 0},
     {"lock_new(ttl_ms UINT64_MAX)", FERROLOCK_RESULT_INVALID_DURATION, r_ttl_u64max, 0},

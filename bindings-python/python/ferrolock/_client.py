@@ -14,11 +14,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _decorator(
-    native: NativeClient, name: Name, ttl: Optional[Duration], wait: Optional[Duration], renew: Optional[bool]
+    native: NativeClient,
+    name: Name,
+    ttl: Optional[Duration],
+    wait: Optional[Duration],
+    renew: Optional[bool],
+    fair: bool,
 ) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
-            alock = AsyncLock(native, name, ttl=ttl, wait=wait, renew=renew)
+            alock = AsyncLock(native, name, ttl=ttl, wait=wait, renew=renew, fair=fair)
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
@@ -26,7 +31,7 @@ def _decorator(
                     return await fn(*args, **kwargs)
 
             return cast(F, run_async)
-        lock = Lock(native, name, ttl=ttl, wait=wait, renew=renew)
+        lock = Lock(native, name, ttl=ttl, wait=wait, renew=renew, fair=fair)
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -73,12 +78,14 @@ class Client:
         ttl: Optional[Duration] = None,
         wait: Optional[Duration] = None,
         renew: Optional[bool] = None,
+        fair: bool = False,
     ) -> Lock:
         """A lock on ``name`` (no I/O). ``ttl``: the lease (default: the client's
         ``watchdog_ttl``, renewed in the background until release); ``renew``: force renewal
         on or off; ``wait``: how long ``with`` / ``acquire()`` wait by default (``None``: no
-        bound)."""
-        return Lock(self._native, name, ttl=ttl, wait=wait, renew=renew)
+        bound); ``fair``: waiters queue on the server and each release hands the lock to the
+        oldest one (first come, first served; not with ``Redlock`` or ``replica_acks``)."""
+        return Lock(self._native, name, ttl=ttl, wait=wait, renew=renew, fair=fair)
 
     def locked(
         self,
@@ -87,10 +94,11 @@ class Client:
         ttl: Optional[Duration] = None,
         wait: Optional[Duration] = None,
         renew: Optional[bool] = None,
+        fair: bool = False,
     ) -> Callable[[F], F]:
         """Decorator: run the function while holding ``name``. Works on plain functions
         (re-entrant per thread) and ``async def`` functions (re-entrant per task)."""
-        return _decorator(self._native, name, ttl, wait, renew)
+        return _decorator(self._native, name, ttl, wait, renew, fair)
 
     def inspect(self, name: Name) -> Optional[LockInfo]:
         """Who holds ``name`` (owner token, count, fence, ttl), or ``None``."""
@@ -156,9 +164,10 @@ class AsyncClient:
         ttl: Optional[Duration] = None,
         wait: Optional[Duration] = None,
         renew: Optional[bool] = None,
+        fair: bool = False,
     ) -> AsyncLock:
         """An asyncio lock on ``name`` (no I/O); options as for ``Client.lock``."""
-        return AsyncLock(self._native, name, ttl=ttl, wait=wait, renew=renew)
+        return AsyncLock(self._native, name, ttl=ttl, wait=wait, renew=renew, fair=fair)
 
     def locked(
         self,
@@ -167,9 +176,10 @@ class AsyncClient:
         ttl: Optional[Duration] = None,
         wait: Optional[Duration] = None,
         renew: Optional[bool] = None,
+        fair: bool = False,
     ) -> Callable[[F], F]:
         """Decorator, as ``Client.locked``."""
-        return _decorator(self._native, name, ttl, wait, renew)
+        return _decorator(self._native, name, ttl, wait, renew, fair)
 
     async def inspect(self, name: Name) -> Optional[LockInfo]:
         """Who holds ``name``, or ``None``."""

@@ -166,15 +166,17 @@ class Lock:
         ttl: Optional[Duration] = None,
         wait: Optional[Duration] = None,
         renew: Optional[bool] = None,
+        fair: bool = False,
     ) -> None:
         self._native = native
         self._name = name
         self._ttl = ttl
         self._wait = wait
         self._renew = renew
+        self._fair = fair
         self._local = threading.local()
         # Validates name and ttl now, before any I/O; this thread gets this handle.
-        self._local.owner = _Owner(native.lock(name, ttl, renew))
+        self._local.owner = _Owner(native.lock(name, ttl, renew, fair))
 
     @property
     def name(self) -> Name:
@@ -184,7 +186,7 @@ class Lock:
     def _owner(self) -> _Owner:
         owner: Optional[_Owner] = getattr(self._local, "owner", None)
         if owner is None:
-            owner = _Owner(self._native.lock(self._name, self._ttl, self._renew))
+            owner = _Owner(self._native.lock(self._name, self._ttl, self._renew, self._fair))
             self._local.owner = owner
         return owner
 
@@ -287,15 +289,17 @@ class AsyncLock:
         ttl: Optional[Duration] = None,
         wait: Optional[Duration] = None,
         renew: Optional[bool] = None,
+        fair: bool = False,
     ) -> None:
         self._native = native
         self._name = name
         self._ttl = ttl
         self._wait = wait
         self._renew = renew
+        self._fair = fair
         self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], _Owner]" = weakref.WeakKeyDictionary()
         # Validates name and ttl now, before any I/O; the first task to acquire gets it.
-        self._spare: Optional[NativeLock] = native.lock(name, ttl, renew)
+        self._spare: Optional[NativeLock] = native.lock(name, ttl, renew, fair)
 
     @property
     def name(self) -> Name:
@@ -307,7 +311,7 @@ class AsyncLock:
         if owner is None:
             handle, self._spare = self._spare, None
             if handle is None:
-                handle = self._native.lock(self._name, self._ttl, self._renew)
+                handle = self._native.lock(self._name, self._ttl, self._renew, self._fair)
             owner = _Owner(handle)
             self._owners[task] = owner
         return owner

@@ -1,0 +1,95 @@
+package ferrolock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ferrolock "github.com/ferrolock/ferrolock/bindings-go"
+)
+
+// inlineInt sends one inline command and parses an integer reply (":n").
+func inlineInt(t *testing.T, url, cmd string) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "redis://"), time.Second)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, ":") {
+		t.Fatalf("%s: %q %v", cmd, line, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+	return n
+}
+
+// Fair mode: goroutines with a client each get the lock in arrival order, and fair mode is
+// refused on a Redlock client.
+func TestFairModeServesInArrivalOrder(t *testing.T) {
+	url := startRedis(t)
+	fair := &ferrolock.LockOptions{TTL: 10 * time.Second, Renew: ferrolock.RenewNever, Fair: true}
+	holder := newLock(t, connect(t, url, nil), "fair", fair)
+	h := acquire(t, holder, time.Second)
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		l := newLock(t, connect(t, url, nil), "fair", fair)
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			g, err := l.Acquire(ctx)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+			if err := g.Release(context.Background()); err != nil {
+				t.Errorf("release %d: %v", i, err)
+			}
+			g.Close()
+		}(i)
+		deadline := time.Now().Add(5 * time.Second)
+		for inlineInt(t, url, "LLEN ferrolock:{fair}:queue") != i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d never queued", i)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	release(t, h)
+	wg.Wait()
+	if len(order) != 4 || order[0] != 0 || order[1] != 1 || order[2] != 2 || order[3] != 3 {
+		t.Fatalf("grants out of arrival order: %v", order)
+	}
+
+	rl, err := ferrolock.ConnectRedlock(context.Background(), []string{url}, nil)
+	if err != nil {
+		t.Fatalf("redlock: %v", err)
+	}
+	defer rl.Close()
+	if _, err := rl.Lock("fair", fair); !errors.Is(err, ferrolock.ErrInvalidConfig) {
+		t.Fatalf("fair on Redlock: %v, want ErrInvalidConfig", err)
+	}
+	l, err := rl.Lock("fair", lease(10*time.Second)) // control
+	if err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	l.Close()
+}
