@@ -184,7 +184,8 @@ class Target:
 
     def cmd(self, workload, config, url, extra):
         if self.driver == "rust":
-            return [str(RUST_BIN), workload, "--url", url, *extra]
+            fair = ["--fair", "1"] if config == "fair" else []
+            return [str(RUST_BIN), workload, "--url", url, *extra, *fair]
         if self.driver == "go":
             return [str(GO_BIN), workload, "--url", url, *extra]
         if self.driver == "py":
@@ -203,7 +204,8 @@ def py_version(dist):
 def targets(args, skipped):
     t = []
     rs = cargo_pkg_version("redis")
-    t.append(Target("rust", "ferrolock", "ferrolock Rust (async)", "rust", ["default"], f"redis-rs {rs}", peer=False))
+    t.append(Target("rust", "ferrolock", "ferrolock Rust (async)", "rust", ["default", "fair"], f"redis-rs {rs}",
+                    peer=False))
     t.append(Target("rust", "ferrolock-blocking", "ferrolock Rust (blocking)", "rust", ["default"], f"redis-rs {rs}",
                     peer=False, w2=False))
     if GO_BIN.exists():
@@ -217,7 +219,8 @@ def targets(args, skipped):
     pyv = py_version("redis")
     only_quick = args.quick
     if py_version("ferrolock"):
-        t.append(Target("python", "ferrolock", "ferrolock Python", "py", ["default"], "ferrolock core (redis-rs)", peer=False))
+        t.append(Target("python", "ferrolock", "ferrolock Python", "py", ["default", "fair"], "ferrolock core (redis-rs)",
+                        peer=False))
     else:
         skipped.append(("ferrolock Python", read_status("ferrolock-py", "the binding is not installed in bench/.venv")))
     t.append(Target("python", "raw", "raw redis-py SET NX PX + EVALSHA", "py", ["default"], f"redis-py {pyv}", w2=False))
@@ -239,7 +242,8 @@ def targets(args, skipped):
         return t
     iv = node_version("ioredis")
     if os.environ.get("FERROLOCK_NODE") and Path(os.environ["FERROLOCK_NODE"]).exists():
-        t.append(Target("node", "ferrolock", "ferrolock Node", "node", ["default"], "ferrolock core (redis-rs)", peer=False))
+        t.append(Target("node", "ferrolock", "ferrolock Node", "node", ["default", "fair"], "ferrolock core (redis-rs)",
+                    peer=False))
     else:
         skipped.append(("ferrolock Node", read_status("ferrolock-node", "the addon was not built")))
     t.append(Target("node", "raw", "raw ioredis SET NX PX + EVALSHA", "node", ["default"], f"ioredis {iv}", w2=False))
@@ -618,7 +622,8 @@ def summary(run: Run, floor):
     out.append("")
     rust = next((x for x in w1 if x["lib"] == "ferrolock" and x["lang"] == "rust"), None)
     for lang in ("rust", "python", "node", "go"):
-        ours = next((x for x in w1 if x["lang"] == lang and not is_peer(x) and x["lib"] != "ferrolock-blocking"), None)
+        ours = next((x for x in w1 if x["lang"] == lang and not is_peer(x) and x["lib"] != "ferrolock-blocking"
+                     and x["config"] == "default"), None)
         peers = [x for x in w1 if (x["lang"] == lang or lang == "rust") and is_peer(x)]
         locks = [x for x in peers if x["lib"] != "raw"]
         if not ours:
@@ -772,6 +777,7 @@ def targets_section(run, floor, w1, w2):
         rows.append(f"| {target} | {measured} | {'met' if met is True else 'missed' if met is False else met} |")
 
     def ours(workload, lang, **kw):
+        kw.setdefault("config", "default")
         for x in (w1 if workload == "W1" else w2):
             if x["lang"] == lang and x["lib"] == "ferrolock" and all(x.get(k) == v for k, v in kw.items()):
                 return x
@@ -796,17 +802,25 @@ def targets_section(run, floor, w1, w2):
             row(f"{lang} binding pair p50 ≤ 1.3 × Rust core", f"{o['pair_us']['p50'] / r['pair_us']['p50']:.2f} ×",
                 o["pair_us"]["p50"] <= 1.3 * r["pair_us"]["p50"])
     prl = next((x for x in w2 if x["mode"] == "forced" and x["lib"] == "python-redis-lock" and x["workers_are"] == "threads"), None)
-    f = ours("W2", "rust", mode="forced")
-    if f:
+    for config, lang, workers in (("default", "rust", "async tasks"), ("fair", "rust", "async tasks"),
+                                  ("default", "python", "processes"), ("fair", "python", "processes")):
+        f = ours("W2", lang, mode="forced", config=config, workers_are=workers)
+        if not f:
+            continue
+        who = f"{lang} {workers}, {config}"
         g = f["handoff_gap_other_us"]
         if prl:
             p = prl["handoff_gap_other_us"]["p50"]
-            row("W2 forced gap p50 ≤ python-redis-lock's (same run)", f"{g['p50']} µs vs {p} µs", g["p50"] <= p)
-        row("W2 forced gap p99 < 1 ms", f"{g['p99']} µs", g["p99"] < 1000)
-        row("W2 client commands per acquisition ≤ 4 (no polling)", f"{f['client_cmds_per_acq']}", f["client_cmds_per_acq"] <= 4)
-    a = ours("W2", "rust", mode="any")
-    if a:
-        row("W2 any: fairness min/max ≥ 0.8", f"{a['fairness']['min_over_max']}", a["fairness"]["min_over_max"] >= 0.8)
+            row(f"W2 forced gap p50 ≤ python-redis-lock's (same run) [{who}]", f"{g['p50']} µs vs {p} µs", g["p50"] <= p)
+        row(f"W2 forced gap p99 < 1 ms [{who}]", f"{g['p99']} µs", g["p99"] < 1000)
+        row(f"W2 client commands per acquisition ≤ 4 (no polling) [{who}]", f"{f['client_cmds_per_acq']}",
+            f["client_cmds_per_acq"] <= 4)
+        row(f"W2 forced: fairness min/max [{who}]", f"{f['fairness']['min_over_max']}", "(reported)")
+    for config in ("default", "fair"):
+        a = ours("W2", "rust", mode="any", config=config)
+        if a:
+            row(f"W2 any: fairness min/max ≥ 0.8 [rust, {config}]", f"{a['fairness']['min_over_max']}",
+                a["fairness"]["min_over_max"] >= 0.8)
     w3 = next((x for x in run.lines if x["workload"] == "W3" and x["ok"] and x["lib"] == "ferrolock"), None)
     if w3:
         ph = w3["phases"]

@@ -100,9 +100,10 @@ async function makeLib(lib, config, url) {
     let version = '?';
     try { version = JSON.parse(readFileSync(`${process.env.FERROLOCK_NODE}/package.json`, 'utf8')).version; } catch { /* keep '?' */ }
     return {
-      redis, version, settings: { api: 'async Lock (napi), Client.connect defaults' }, close: () => client.close(),
+      redis, version, settings: { api: 'async Lock (napi), Client.connect defaults', fair: config === 'fair' },
+      close: () => client.close(),
       newLock(name) {
-        const lk = client.lock(name, { ttl: TTL_MS });
+        const lk = client.lock(name, config === 'fair' ? { ttl: TTL_MS, fair: true } : { ttl: TTL_MS });
         let held = null;
         return {
           async acquire() { held = await lk.acquire({ wait: WAIT_MS }); return true; },

@@ -96,7 +96,7 @@ class Lib:
             self.redlock_cls = base
             self.settings = {"retry_delay_s": base._RETRY_DELAY, "note": "uniform(0, delay) sleep"}
         elif lib == "ferrolock":
-            self.settings = {"api": "sync Lock"}
+            self.settings = {"api": "sync Lock", "fair": config == "fair"}
 
     def new_lock(self, name: str):
         lib = self.lib
@@ -114,7 +114,7 @@ class Lib:
             lk = self.redlock_cls(key=name, masters={self.r}, auto_release_time=TTL_S)
             return Adapter(lambda: lk.acquire(blocking=True, timeout=WAIT_S), lk.release)
         if lib == "ferrolock":
-            return ferrolock_lock(self.client, name)
+            return ferrolock_lock(self.client, name, self.config == "fair")
         raise SystemExit(f"unknown lib {lib}")
 
 
@@ -144,8 +144,8 @@ def make_ferrolock_client(url: str):
     return ferrolock.Client(url) if not hasattr(ferrolock.Client, "connect") else ferrolock.Client.connect(url)
 
 
-def ferrolock_lock(client, name: str):
-    lk = client.lock(name, ttl=float(TTL_S))
+def ferrolock_lock(client, name: str, fair: bool = False):
+    lk = client.lock(name, ttl=float(TTL_S), fair=True) if fair else client.lock(name, ttl=float(TTL_S))
     state = {}
 
     def acquire():

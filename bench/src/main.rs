@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! ferrolock-bench w1 --url U [--api async|blocking] [--n 5000] [--warmup 500] [--reps 3]
-//! ferrolock-bench w2 --url U [--mode any|forced] [--workers 8] [--secs 10] [--hold-ms 1]
+//! ferrolock-bench w2 --url U [--mode any|forced] [--workers 8] [--secs 10] [--hold-ms 1] [--fair 0|1]
 //! ferrolock-bench w5 --url U [--locks 10000] [--secs 20] [--ttl-ms 3000]
 //! ferrolock-bench w3 --urls U1,..,U5 --pids P1,..,P5 [--n 2000] [--phase-secs 8] [--hang-s 3]
 //! ```
@@ -232,6 +232,8 @@ fn w2(a: &Args) -> Result<Value, BoxError> {
     let workers = a.num("workers", 8)? as usize;
     let secs = a.num("secs", 10)?;
     let hold = Duration::from_millis(a.num("hold-ms", 1)?);
+    let fair = a.num("fair", 0)? == 1;
+    let lock_opts = LockOptions::lease(Duration::from_secs(10)).with_fair(fair);
     let forced = match mode.as_str() {
         "any" => false,
         "forced" => true,
@@ -244,7 +246,7 @@ fn w2(a: &Args) -> Result<Value, BoxError> {
         let client = Client::connect(&url, opts).await?;
         let name = format!("bench:w2:rust:{mode}");
         // Warm the script cache and the subscription path once.
-        let l0 = client.lock(&name, LockOptions::lease(Duration::from_secs(10)))?;
+        let l0 = client.lock(&name, lock_opts)?;
         l0.acquire(Some(Duration::from_secs(10))).await?.release().await?;
         let (tx, _rx) = tokio::sync::watch::channel(usize::MAX);
         let handoff = Arc::new(Handoff { last: tx });
@@ -256,7 +258,7 @@ fn w2(a: &Args) -> Result<Value, BoxError> {
         let c0 = cpu_ns();
         let mut tasks = Vec::new();
         for w in 0..workers {
-            let lock = client.lock(&name, LockOptions::lease(Duration::from_secs(10)))?;
+            let lock = client.lock(&name, lock_opts)?;
             let (handoff, timeouts, errors) = (handoff.clone(), timeouts.clone(), errors.clone());
             tasks.push(tokio::spawn(async move {
                 let mut ev: Vec<[f64; 5]> = Vec::new();
@@ -325,7 +327,7 @@ fn w2(a: &Args) -> Result<Value, BoxError> {
     o.insert("api".into(), json!("async"));
     o.insert("runtime".into(), json!("tokio multi_thread (2 workers), one shared Client, 8 tasks"));
     o.insert("settings".into(), set);
-    o.insert("params".into(), json!({"workers": workers, "secs": secs, "hold_ms": hold.as_millis() as u64, "ttl_ms": 10000, "wait_ms": 10000}));
+    o.insert("params".into(), json!({"workers": workers, "secs": secs, "hold_ms": hold.as_millis() as u64, "ttl_ms": 10000, "wait_ms": 10000, "fair": fair}));
     Ok(out)
 }
 
