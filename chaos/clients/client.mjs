@@ -3,7 +3,7 @@
 //
 //   node client.mjs --redis URL[,URL...] --resource HOST:PORT --name LOCK --id ID --history FILE
 //                   --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--seed N]
-//                   [--reentrant] [--cancel-ms LO-HI]
+//                   [--reentrant] [--cancel-ms LO-HI] [--fair]
 //
 // Until the stop file exists: acquire (watchdog-renewed lease), fenced READ -> work (5-10 ms; long
 // work ends early once the stop file exists) -> fenced WRITE (sent even if the lock was lost: a
@@ -34,7 +34,7 @@ const arg = (name, dflt) => {
 const a = {
   redis: arg('--redis').split(','), resource: arg('--resource'), name: arg('--name'), id: arg('--id'),
   history: arg('--history'), stopFile: arg('--stop-file'), ttl: Number(arg('--ttl-ms', '1000')),
-  wait: Number(arg('--wait-ms', '5000')), seed: Number(arg('--seed', '1')), reentrant: argv.includes('--reentrant'),
+  wait: Number(arg('--wait-ms', '5000')), seed: Number(arg('--seed', '1')), reentrant: argv.includes('--reentrant'), fair: argv.includes('--fair'),
 };
 const [workLo, workHi = workLo] = arg('--work-ms', '5-10').split('-').map(Number);
 const cancelMs = argv.includes('--cancel-ms') ? arg('--cancel-ms').split('-').map(Number) : null;
@@ -112,7 +112,7 @@ async function main() {
       await sleep(100);
     }
   }
-  const lock = client.lock(a.name, { ttl: a.ttl, renew: true });
+  const lock = client.lock(a.name, { ttl: a.ttl, renew: true, fair: a.fair });
   const res = await connectResource(a.resource);
 
   // The believed expiry moves with renewals: sample it (see the Rust client).

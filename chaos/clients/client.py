@@ -2,7 +2,7 @@
 """The Python chaos client: the same loop and history format as chaos/src/bin/chaos-client.rs.
 
     client.py --redis URL[,URL...] --resource HOST:PORT --name LOCK --id ID --history FILE
-              --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--seed N] [--reentrant]
+              --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--seed N] [--reentrant] [--fair]
               [--cancel-ms LO-HI]
 
 Until the stop file exists: acquire (watchdog-renewed lease), fenced READ -> work (5-10 ms; long
@@ -130,6 +130,7 @@ async def main() -> int:
     p.add_argument("--work-ms", default="5-10")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--reentrant", action="store_true")
+    p.add_argument("--fair", action="store_true")
     p.add_argument("--cancel-ms", default=None)
     a = p.parse_args()
     cancel = None
@@ -157,7 +158,7 @@ async def main() -> int:
                 raise
             h.emit("connect", "fail", **err(e))
             await asyncio.sleep(0.1)
-    lock = client.lock(a.name, ttl=a.ttl_ms / 1000, renew=True)
+    lock = client.lock(a.name, ttl=a.ttl_ms / 1000, renew=True, fair=a.fair)
     res = Resource(a.resource, a.id)
 
     # The believed expiry moves with renewals: sample it (see the Rust client).

@@ -201,8 +201,14 @@ impl Lock {
                     // Fair mode: a release handed the lock to this token after the last "held"
                     // reply, so its lease began after `t_held`: no round trip needed.
                     if let (Some(fence), Some(t)) = (s.take_grant(), t_held) {
-                        let deadline = timing::deadline(&c.inner.opts, t, self.inner.ttl);
                         let _op = self.inner.op.clone().lock_owned().await;
+                        let ttl = self.inner.ttl;
+                        let mut deadline = timing::deadline(&c.inner.opts, t, ttl);
+                        if deadline < Instant::now() + ttl * 2 / 3 && self.live_count() == 0 {
+                            // Queued long since the last "held" try: that bound leaves less
+                            // than the watchdog's first renewal needs. Restart the lease.
+                            deadline = self.confirm_grant(conn).await.unwrap_or(deadline);
+                        }
                         if deadline > Instant::now() && self.live_count() == 0 {
                             s.granted();
                             queued.armed = false;
@@ -244,6 +250,23 @@ impl Lock {
         match self.attempt(None).await? {
             Attempt::Granted(g) => Ok(Some(g)),
             Attempt::Held { .. } | Attempt::Expired => Ok(None),
+        }
+    }
+
+    /// Fair mode: restart the lease of a handed-on grant (owner-checked `extend`); the new
+    /// deadline, or `None` when this token no longer holds it or the outcome is unknown (the
+    /// caller then keeps its own bound, or tries again).
+    async fn confirm_grant(&self, conn: &crate::client::Conn) -> Option<Instant> {
+        let t_send = Instant::now();
+        let r: redis::RedisResult<i64> = scripts::EXTEND
+            .key(&self.inner.keys.hold)
+            .arg(&*self.inner.token)
+            .arg(timing::millis(self.inner.ttl))
+            .invoke_async(&mut conn.clone())
+            .await;
+        match r {
+            Ok(1) => Some(timing::deadline(&self.inner.client.inner.opts, t_send, self.inner.ttl)),
+            _ => None,
         }
     }
 

@@ -287,3 +287,32 @@ async fn fair_mode_is_refused_with_redlock_and_replica_acks() {
     redlock.lock("r", opts(false)).unwrap();
     acks.lock("r", opts(false)).unwrap();
 }
+
+// A waiter queued for long since its last try gets a grant whose conservative deadline (from
+// that try) would leave less than the watchdog's first renewal needs: the lease is restarted
+// before the grant is returned, so the hold reports its real validity and stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_after_a_long_queue_restarts_the_lease() {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let holder = connect(&server).await.lock("long", opts(true)).unwrap();
+    let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+    g.extend(LEASE).await.unwrap(); // the extend script is cached: one EVALSHA per extend below
+    let ttl = Duration::from_millis(600);
+    let waiter = connect(&server).await.lock("long", LockOptions::renewing(ttl).with_fair(true)).unwrap();
+    let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(10))).await.unwrap() });
+    until_queued(&mut data, "long", 1).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // most of the waiter's lease
+    let tries = evalsha_calls(&server);
+    g.release().await.unwrap();
+    let got = w.await.unwrap();
+    assert!(
+        got.remaining() > Duration::from_millis(400),
+        "validity {:?} counted from the old try",
+        got.remaining()
+    );
+    assert!(evalsha_calls(&server) - tries <= 2, "more than the release and one extend");
+    tokio::time::sleep(Duration::from_millis(1000)).await; // renewed by the watchdog meanwhile
+    assert_eq!(got.state(), ferrolock::LockState::Held, "the hold was reported lost");
+    got.release().await.unwrap();
+}

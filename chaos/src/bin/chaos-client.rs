@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! chaos-client --redis URL[,URL...] --resource HOST:PORT --name LOCK --id ID --history FILE
-//!              --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--reentrant]
+//!              --stop-file FILE [--ttl-ms 1000] [--wait-ms 5000] [--work-ms 5-10] [--reentrant] [--fair]
 //!              [--cancel-ms LO-HI] [--seed N] [--response-timeout-ms 250]
 //! ```
 //!
@@ -36,6 +36,7 @@ struct Args {
     wait: Duration,
     work: (u64, u64),
     reentrant: bool,
+    fair: bool,
     cancel: Option<(u64, u64)>,
     seed: u64,
     response_timeout: Duration,
@@ -68,6 +69,7 @@ fn parse() -> Args {
         wait: ms("--wait-ms", 5000),
         work: (lo.parse().unwrap_or(5), hi.parse().unwrap_or(10)),
         reentrant: v.iter().any(|a| a == "--reentrant"),
+        fair: v.iter().any(|a| a == "--fair"),
         cancel,
         seed: get("--seed").and_then(|x| x.parse().ok()).unwrap_or(1),
         response_timeout: ms("--response-timeout-ms", 250),
@@ -164,7 +166,7 @@ fn run(a: &Args, h: &Arc<History>) -> Result<(), Box<dyn std::error::Error>> {
     };
     // The async handle behind the facade, so that an acquire can be cancelled (its future
     // dropped) like an async caller would; every call still runs on the facade's runtime.
-    let lock = client.as_async().lock(&a.name, LockOptions::renewing(a.ttl))?;
+    let lock = client.as_async().lock(&a.name, LockOptions::renewing(a.ttl).with_fair(a.fair))?;
     let mut res = ResourceConn::connect(&a.resource, &a.id)?;
     let mut rng = Rng::new(a.seed);
 

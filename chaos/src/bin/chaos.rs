@@ -101,6 +101,8 @@ struct Scenario {
     /// N5 with kernel partitions: clients in network namespaces, links cut by iptables DROP
     /// rules (`netns.rs`) instead of the link proxies.
     kernel: bool,
+    /// Every client's lock is in fair mode (docs/PROTOCOL.md "Fair mode").
+    fair: bool,
 }
 
 impl Scenario {
@@ -121,6 +123,7 @@ fn scenarios() -> Vec<Scenario> {
         fault_free: matches!(fault, Fault::None),
         w4: false,
         kernel: false,
+        fair: false,
     };
     vec![
         s("w1-none", "W1/W3/W5 single master, no faults", 1, Fault::None, false, true, false),
@@ -308,6 +311,42 @@ fn scenarios() -> Vec<Scenario> {
                 "N5 Redlock: client groups split, masters A,B,C / C,D,E (namespaces + iptables DROP)",
                 5,
                 Fault::Partition(Cut::Split),
+                false,
+                true,
+                false,
+            )
+        },
+        Scenario {
+            fair: true,
+            ..s(
+                "w1-fair",
+                "fair mode: waiters queued on the master, each release hands the lock on",
+                1,
+                Fault::None,
+                false,
+                true,
+                false,
+            )
+        },
+        Scenario {
+            fair: true,
+            ..s(
+                "w1-fair-n10",
+                "fair mode under N10 CLIENT KILL / CLIENT PAUSE WRITE 1500 / maxclients (hand-over messages lost)",
+                1,
+                Fault::ConnFaults,
+                false,
+                true,
+                false,
+            )
+        },
+        Scenario {
+            fair: true,
+            ..s(
+                "w1-fair-crash",
+                "fair mode, kill -9 the holder every ~2 s (leaked-lock time with a queue, B2)",
+                1,
+                Fault::KillHolder,
                 false,
                 true,
                 false,
@@ -599,6 +638,8 @@ struct Ctx {
     ttl_ms: u64,
     /// W4: every client works `W4_WORK_MS` and cancels acquires at random (`W4_CANCEL_MS`).
     w4: bool,
+    /// Every client locks in fair mode.
+    fair: bool,
     resource: Resource,
     clients: Mutex<Vec<ClientProc>>,
     nemesis_log: Mutex<File>,
@@ -676,6 +717,9 @@ impl Ctx {
             .stdin(Stdio::null());
         if reentrant {
             cmd.arg("--reentrant");
+        }
+        if self.fair {
+            cmd.arg("--fair");
         }
         if let Some((lo, hi)) = long {
             cmd.args(["--work-ms", &format!("{lo}-{hi}")]);
@@ -883,6 +927,7 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
         long_work,
         ttl_ms: sc.ttl_ms(),
         w4: sc.w4,
+        fair: sc.fair,
         resource,
         clients: Mutex::new(Vec::new()),
         nemesis_log: Mutex::new(
@@ -1020,7 +1065,7 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
         "fault_free": sc.fault_free && !control,
         "duration_s": duration_s, "languages": s.langs.iter().map(|l| l.lang.clone()).collect::<Vec<_>>(),
         "clients_per_language": 2, "work_ms": if sc.w4 { [W4_WORK_MS.0, W4_WORK_MS.1] } else { [5, 10] },
-        "wait_ms": 5000,
+        "wait_ms": 5000, "fair": sc.fair,
         "w4_cancelled_acquires": sc.w4.then_some(json!({"share": 0.5, "after_ms": [W4_CANCEL_MS.0, W4_CANCEL_MS.1]})),
         "long_work_ms_non_reentrant_clients": long_work.map(|(a, b)| [a, b]),
         "links": links, "renew_every_ms": sc.ttl_ms() / 3,
