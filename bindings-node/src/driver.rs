@@ -243,7 +243,9 @@ unsafe extern "C" fn on_prepare(_handle: *mut c_void) {
     while el.pending.get() > 0 {
         // SAFETY: the loop is this thread's, alive while its prepare handle runs.
         let (fd, timeout) = unsafe { (uv_backend_fd(el.uv), uv_backend_timeout(el.uv)) };
-        if timeout == 0 || fd < 0 {
+        // A JS timer due within a millisecond: let libuv sleep until it (tokio's timers would
+        // overshoot it, see drive_until_work).
+        if timeout == 0 || timeout == 1 || fd < 0 {
             return;
         }
         if !drive_until_work(&el, d, fd, timeout) {
@@ -258,8 +260,8 @@ unsafe extern "C" fn on_prepare(_handle: *mut c_void) {
     }
 }
 
-/// Drive the runtime until calls of this thread settle, libuv's fd turns readable or `timeout`
-/// ms pass (-1: no timer). False if libuv's fd cannot be watched.
+/// Drive the runtime until calls of this thread settle, libuv's fd turns readable or about
+/// `timeout` ms pass (-1: no timer). False if libuv's fd cannot be watched.
 fn drive_until_work(el: &EnvLoop, d: &'static Driver, fd: RawFd, timeout: c_int) -> bool {
     let mut slot = el.uv_fd.borrow_mut();
     if slot.is_none() {
@@ -273,7 +275,11 @@ fn drive_until_work(el: &EnvLoop, d: &'static Driver, fd: RawFd, timeout: c_int)
     }
     let Some(afd) = slot.as_ref() else { return false };
     d.drive(async {
-        let timer = (timeout > 0).then(|| tokio::time::sleep(Duration::from_millis(timeout as u64)));
+        // One millisecond short of libuv's next timer: tokio's timers fire on the next
+        // millisecond tick after their deadline, so a full `timeout` made every JS timer due
+        // meanwhile late by up to 1 ms (a 1 ms `setTimeout` took 2.1 ms while calls were
+        // pending). libuv sleeps the rest in its own poll.
+        let timer = (timeout > 1).then(|| tokio::time::sleep(Duration::from_millis(timeout as u64 - 1)));
         let mut timer = std::pin::pin!(timer);
         std::future::poll_fn(|cx| {
             if !el.done.borrow().is_empty() {
