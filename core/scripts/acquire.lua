@@ -10,6 +10,10 @@
 -- KEYS[4]  waiter table     <prefix>{<name>}:waiters  (hash token -> "<stay until, server ms>:<lease ms>")
 -- ARGV[5]  the caller's remaining wait in milliseconds (integer > 0): when the lock is held, the
 --          caller joins the queue (or refreshes its place) and a release hands the lock to it
+-- Redlock only (optional; ARGV[5] is then ignored, send an empty string):
+-- ARGV[6]  fence floor in microseconds, the same for every master of one round: a fresh grant
+--          takes it when it is above the fencing rule's value and at most 60 s ahead of this
+--          server's TIME, so that a quorum grants one and the same fence (no write-back round)
 -- Returns {1, fence, count}  granted (fresh hold or re-entry by the same owner)
 --         {0, pttl}          held by another owner (pttl = -1: the hold has no expiry)
 --         {2, count}         re-entry refused: the depth limit is reached; nothing changed
@@ -50,7 +54,7 @@ if KEYS[4] and redis.call('HDEL', KEYS[4], ARGV[1]) == 1 then
   redis.call('LREM', KEYS[3], 0, ARGV[1]) -- granted while free: out of the queue
 end
 
--- A new grant: fence = max(last + 1, server TIME in microseconds).
+-- A new grant: fence = max(last + 1, server TIME in microseconds[, the Redlock floor]).
 -- Lua numbers are doubles, exact for integers below 2^53; the value is written with '%d',
 -- never with Lua's default '%.14g' number-to-string conversion.
 local fence = 1
@@ -66,6 +70,10 @@ if ok then
   local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
   if micros > fence then
     fence = micros
+  end
+  local floor = ARGV[6] and tonumber(ARGV[6])
+  if floor and floor > fence and floor <= micros + 60000000 then
+    fence = floor
   end
 end
 if fence >= 9007199254740992 then

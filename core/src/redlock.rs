@@ -120,8 +120,12 @@ impl Ticket {
 struct Touch {
     marks: AtomicU64,
     cleared: AtomicU64,
-    /// The generation covered by the latest full release (count 0) sent, confirmed or not.
+    /// The generation covered by the latest full release (count 0) issued, confirmed or not.
     queued: AtomicU64,
+    /// The latest generation whose acquire actually went out (not one that gave up in its lane).
+    sent: AtomicU64,
+    /// The generation covered by the latest full release that actually went out.
+    released: AtomicU64,
 }
 
 impl Touch {
@@ -151,6 +155,23 @@ impl Touch {
     /// Nothing of this handle queued up to generation `m` is left on the master.
     fn clear(&self, m: u64) {
         self.cleared.fetch_max(m, Ordering::AcqRel);
+    }
+
+    /// The acquire of generation `m` is going out now.
+    fn sent(&self, m: u64) {
+        self.sent.fetch_max(m, Ordering::AcqRel);
+    }
+
+    /// A full release covering generation `m` is going out now.
+    fn released(&self, m: u64) {
+        self.released.fetch_max(m, Ordering::AcqRel);
+    }
+
+    /// Every acquire that went out is already followed, on the same connection, by a full
+    /// release that went out after it. Asked in lane order (every earlier request of the handle
+    /// is over), a full release sent now would only repeat one that is on its way.
+    fn released_since_sent(&self) -> bool {
+        self.sent.load(Ordering::Acquire) <= self.released.load(Ordering::Acquire)
     }
 }
 
@@ -528,6 +549,7 @@ impl Quorum {
         let timeout = self.timeout();
         let cap = self.opts.redlock_max_inflight;
         let t_send = Instant::now();
+        let floor = fence_floor();
         for (i, node) in self.nodes.iter().enumerate() {
             // A busy lane: an earlier request of this handle to this master is still out. Wait
             // for it (in the task) only if the master keeps up; otherwise leave it out.
@@ -548,7 +570,9 @@ impl Quorum {
                 .arg(&*inner.token)
                 .arg(timing::millis(inner.ttl))
                 .arg(timing::millis(self.opts.fence_retention))
-                .arg(max);
+                .arg(max)
+                .arg("") // ARGV[5]: fair mode only
+                .arg(&floor);
             let task = AcquireTask {
                 i,
                 node: node.clone(),
@@ -856,22 +880,33 @@ impl Quorum {
             }
         };
         // A release whose reply may go unseen must not be an EVALSHA (see `release_eval`): one to
-        // a lagging master is sent as EVAL; one to a healthy master that does not answer within
-        // 3/4 of the per-master timeout is followed, in the same lane slot (so nothing of this
-        // handle runs in between; the release is idempotent), by the same release as EVAL.
+        // a master lagging when its turn in the lane comes is sent as EVAL; one to a healthy
+        // master that does not answer within 3/4 of the per-master timeout is followed, in the
+        // same lane slot (so nothing of this handle runs in between; the release is idempotent),
+        // by the same release as EVAL. Both are decided at the turn, not when the release is
+        // issued: behind an acquire that timed out, the master is known to lag by then.
         let patience = self.timeout() * 3 / 4;
         let mut round = self.fan_out(&class, Some(&inner.lanes), |i, mut conn| {
             let mut inv = scripts::RELEASE.key(&inner.keys.hold);
             inv.arg(&*inner.token).arg(&inner.keys.channel).arg(target);
             let eval = release_eval(&inner.keys.hold, &inner.token, &inner.keys.channel, target);
-            let lagging = self.nodes[i].lagging();
+            let node = self.nodes[i].clone();
             let touched = inner.lanes[i].touched.clone();
             let generation = touched.now();
             if target == 0 {
                 touched.queue(generation);
             }
             async move {
-                let r = if lagging {
+                if target == 0 {
+                    // Every acquire of this handle that reached the master is already followed
+                    // by a full release (acquires that gave up in the lane never went out):
+                    // nothing of this hold can be there.
+                    if touched.released_since_sent() {
+                        return Ok(None);
+                    }
+                    touched.released(generation);
+                }
+                let r = if node.lagging() {
                     eval.query_async::<i64>(&mut conn).await?
                 } else {
                     match tokio::time::timeout(patience, inv.invoke_async::<i64>(&mut conn)).await {
@@ -882,7 +917,7 @@ impl Quorum {
                 if target == 0 || r < 0 {
                     touched.clear(generation); // nothing of ours queued before this is left there
                 }
-                Ok(r)
+                Ok(Some(r))
             }
         });
         let (mut ok, mut not_owner, mut got) = (0usize, 0usize, 0usize);
@@ -901,12 +936,12 @@ impl Quorum {
             let Some((_, r)) = next else { break };
             got += 1;
             match r {
-                Reply::Ok(v) if v >= 0 => ok += 1,
-                Reply::Ok(_) => not_owner += 1,
+                Reply::Ok(Some(v)) if v >= 0 => ok += 1,
+                Reply::Ok(Some(_)) => not_owner += 1,
                 Reply::Err(e) => {
                     first_err.get_or_insert(e);
                 }
-                Reply::Skipped => skipped += 1,
+                Reply::Ok(None) | Reply::Skipped => skipped += 1,
             }
             // Masters no acquire of this handle reached do not hold it either.
             if not_owner + skipped > self.n() - self.quorum {
@@ -1183,6 +1218,7 @@ impl AcquireTask {
         let request = async {
             lane.wait().await;
             sent = true;
+            touched.0.sent(touched.1);
             inv.invoke_async::<Value>(&mut conn).await
         };
         let reply = match tokio::time::timeout(timeout, request).await {
@@ -1217,6 +1253,9 @@ impl AcquireTask {
             && let Some((mut conn, inflight)) = node.admit(Class::Cleanup, cap)
         {
             // Sent as EVAL (never NOSCRIPT): it may run long after this task stopped waiting.
+            if target == 0 {
+                touched.0.released(touched.1);
+            }
             let cmd = release_eval(&keys.0, &token, &keys.1, target);
             match tokio::time::timeout(timeout, cmd.query_async::<i64>(&mut conn)).await {
                 Ok(Ok(r)) if target == 0 || r < 0 => touched.0.clear(touched.1),
@@ -1228,6 +1267,19 @@ impl AcquireTask {
         slot.done();
         drop(lane);
     }
+}
+
+/// How far ahead of this client's clock a round's fence floor is: further than the clock
+/// offsets between the client and its masters, so that every master of a quorum takes it.
+const FLOOR_LEAD: Duration = Duration::from_secs(1);
+
+/// The fence floor of one acquire round (`acquire.lua`'s ARGV[6], decimal microseconds): the
+/// same for every master, so that fresh grants agree on one fence and the round needs no
+/// write-back (`raise_fence.lua`). The fencing rule still decides: a master whose counter or
+/// clock is past the floor grants more, and then the largest value is written back as before.
+fn fence_floor() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    (now + FLOOR_LEAD).as_micros().to_string()
 }
 
 /// `release.lua` as `EVAL` with the script text, for a release or undo whose reply may never be

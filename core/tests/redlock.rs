@@ -180,7 +180,11 @@ async fn a_reused_handle_piles_up_no_releases_on_a_stopped_master() {
     let lock = client.lock("s2", LockOptions::lease(Duration::from_secs(3))).unwrap();
     lock.try_acquire().await.unwrap().unwrap().release().await.unwrap(); // touches every master
     let stopped = &servers[4];
-    let before = sent(stopped);
+    let scripts = |s: &RedisServer| {
+        let c = s.command_calls();
+        c.get("evalsha").copied().unwrap_or(0) + c.get("eval").copied().unwrap_or(0)
+    };
+    let (before, scripts_before) = (sent(stopped), scripts(stopped));
     stopped.pause();
     let per = 300;
     for _ in 0..per {
@@ -190,10 +194,19 @@ async fn a_reused_handle_piles_up_no_releases_on_a_stopped_master() {
     stopped.resume();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ran = sent(stopped) - before;
-    eprintln!("commands that reached the stopped master: {ran} (one handle, {per} pairs)");
-    // A few acquires sent before the master counts as lagging, their undos or releases, one
-    // NOSCRIPT reload maybe, PING probes. Without the shedding: one release per pair (300+).
+    let ran_scripts = scripts(stopped) - scripts_before;
+    eprintln!(
+        "commands that reached the stopped master: {ran}, scripts {ran_scripts} (one handle, {per} pairs)"
+    );
+    // Without the shedding: one release per pair (300+).
     assert!(ran <= 40, "{ran} commands piled up on the stopped master for {per} pairs");
+    // The handle's requests to one master run in order, so exactly one acquire reaches the
+    // stopped master (the one in flight when it stopped; the next ones give up in the lane
+    // unsent), followed by one release of it, sent as EVAL once the acquire timed out. The
+    // round agreed on one fence, so no write-back went there either. The rest is PING probes.
+    // (Before: the write-back, the release as EVALSHA with an EVAL follow-up, and one more
+    // release for an acquire that never went out: 5 scripts.)
+    assert_eq!(ran_scripts, 2, "scripts run late on the resumed master: one acquire and its release");
     assert!(!holds(stopped, "s2"), "a hold lingers on the resumed master");
 }
 
@@ -383,6 +396,104 @@ async fn fence_write_back_fixes_the_counterexample() {
     servers[1].resume();
     assert!(g2.fence() > t1, "second token {} is not above the first {t1}", g2.fence());
     g2.release().await.unwrap();
+}
+
+// 5b. The round's fence floor: every master of a healthy round grants the same fence, so a
+//     grant needs no write-back round. Control: the same script calls without the floor give
+//     five different fences (each master's TIME), which is why a write-back would be needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_healthy_round_agrees_on_one_fence_without_a_write_back() {
+    let servers = start_many(5);
+    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
+    let fences = |name: &str, floor: Option<u64>| -> Vec<u64> {
+        servers
+            .iter()
+            .map(|s| {
+                let mut c = s.conn().unwrap();
+                let mut inv = script.key(format!("ferrolock:{{{name}}}"));
+                inv.key(format!("ferrolock:{{{name}}}:fence")).arg("t").arg(10_000).arg(60_000).arg(10);
+                if let Some(f) = floor {
+                    inv.arg("").arg(f);
+                }
+                let v: redis::Value = inv.invoke(&mut c).unwrap();
+                let redis::Value::Array(items) = v else { panic!("acquire reply") };
+                redis::from_redis_value(items[1].clone()).unwrap()
+            })
+            .collect()
+    };
+    let plain = fences("floor-control", None);
+    let mut distinct = plain.clone();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 5, "control: without a floor each master grants its own TIME: {plain:?}");
+    let now_us = |s: &RedisServer| -> u64 {
+        let t: Vec<String> = s.cmd(&["TIME"]);
+        t[0].parse::<u64>().unwrap() * 1_000_000 + t[1].parse::<u64>().unwrap()
+    };
+    let floor = now_us(&servers[0]) + 1_000_000;
+    assert_eq!(fences("floor", Some(floor)), vec![floor; 5]);
+
+    // The library: a run of grants and releases sends each master at most one acquire and one
+    // release per pair, and no write-back (which would add up to four requests per pair). (A
+    // master that falls behind on a loaded machine may be left out of a round: fewer, not more.)
+    let client = redlock_with(&servers, calm()).await;
+    let lock = client.lock("agree", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    lock.acquire(None).await.unwrap().release().await.unwrap(); // scripts loaded everywhere
+    tokio::time::sleep(Duration::from_millis(50)).await; // stragglers of that pair
+    let before: u64 = servers.iter().map(sent).sum();
+    let (pairs, mut last) = (50u64, 0);
+    for _ in 0..pairs {
+        let g = lock.acquire(None).await.unwrap();
+        assert!(g.fence() > last, "fences must increase: {} after {last}", g.fence());
+        last = g.fence();
+        g.release().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let requests = servers.iter().map(sent).sum::<u64>() - before;
+    assert!(
+        requests <= pairs * 10,
+        "{requests} requests for {pairs} pairs: more than an acquire and a release per master"
+    );
+}
+
+// 5c. The floor is bounded by each server's clock: a client whose clock runs far ahead cannot
+//     push the counter into the future (toward the 2^53 limit); the fencing rule still wins
+//     over a floor below it.
+#[tokio::test]
+async fn the_fence_floor_is_bounded_by_the_server_clock() {
+    let server = RedisServer::start();
+    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
+    let release = redis::Script::new(include_str!("../scripts/release.lua"));
+    let mut c = server.conn().unwrap();
+    let mut grant = |floor: u64| -> u64 {
+        let v: redis::Value = script
+            .key("ferrolock:{bound}")
+            .key("ferrolock:{bound}:fence")
+            .arg("t")
+            .arg(10_000)
+            .arg(60_000)
+            .arg(10)
+            .arg("")
+            .arg(floor)
+            .invoke(&mut c)
+            .unwrap();
+        let redis::Value::Array(items) = v else { panic!("acquire reply") };
+        let fence: u64 = redis::from_redis_value(items[1].clone()).unwrap();
+        let _: i64 = release
+            .key("ferrolock:{bound}")
+            .arg("t")
+            .arg("ferrolock:{bound}:released")
+            .arg(0)
+            .invoke(&mut c)
+            .unwrap();
+        fence
+    };
+    let time: Vec<String> = server.cmd(&["TIME"]);
+    let now = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
+    let ahead = now + 30_000_000; // 30 s ahead: taken
+    assert_eq!(grant(ahead), ahead);
+    let far = now + 3_600_000_000; // an hour ahead: ignored, the fencing rule decides
+    assert_eq!(grant(far), ahead + 1);
+    assert_eq!(grant(now), ahead + 2, "a floor below the stored counter changes nothing");
 }
 
 // 6. Watchdog over the quorum: a lock without a lease outlives 5 × TTL; with 3 of 5 masters
