@@ -45,6 +45,37 @@ fn holds(server: &RedisServer, name: &str) -> bool {
     n == 1
 }
 
+/// `acquire.lua` called directly on one master (lease 10 s, retention 60 s, depth 10), with the
+/// Redlock fence floor when given: the fence it grants.
+fn raw_acquire(c: &mut redis::Connection, name: &str, token: &str, floor: Option<u64>) -> u64 {
+    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
+    let mut inv = script.key(format!("ferrolock:{{{name}}}"));
+    inv.key(format!("ferrolock:{{{name}}}:fence")).arg(token).arg(10_000).arg(60_000).arg(10);
+    if let Some(f) = floor {
+        inv.arg("").arg(f); // ARGV[5] is fair mode's
+    }
+    let v: redis::Value = inv.invoke(c).unwrap();
+    let redis::Value::Array(items) = v else { panic!("acquire reply") };
+    redis::from_redis_value(items[1].clone()).unwrap()
+}
+
+/// `release.lua` called directly: `token`'s hold on `name` deleted.
+fn raw_release(c: &mut redis::Connection, name: &str, token: &str) {
+    let _: i64 = redis::Script::new(include_str!("../scripts/release.lua"))
+        .key(format!("ferrolock:{{{name}}}"))
+        .arg(token)
+        .arg(format!("ferrolock:{{{name}}}:released"))
+        .arg(0)
+        .invoke(c)
+        .unwrap();
+}
+
+/// The server's clock in microseconds.
+fn server_micros(server: &RedisServer) -> u64 {
+    let t: Vec<String> = server.cmd(&["TIME"]);
+    t[0].parse::<u64>().unwrap() * 1_000_000 + t[1].parse::<u64>().unwrap()
+}
+
 /// Commands that clients sent to `server` (scripts' inner commands are not counted).
 fn sent(server: &RedisServer) -> u64 {
     client_calls(server)
@@ -330,31 +361,12 @@ async fn fence_write_back_fixes_the_counterexample() {
 
     // Control first: raw scripts, max over each majority, no write-back.
     set_counters("cx-control");
-    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
-    let release = redis::Script::new(include_str!("../scripts/release.lua"));
     let grant = |members: &[usize], token: &str| -> u64 {
         let mut best = 0;
         for &i in members {
             let mut c = servers[i].conn().unwrap();
-            let v: redis::Value = script
-                .key("ferrolock:{cx-control}")
-                .key("ferrolock:{cx-control}:fence")
-                .arg(token)
-                .arg(10_000)
-                .arg(60_000)
-                .arg(10)
-                .invoke(&mut c)
-                .unwrap();
-            let redis::Value::Array(items) = v else { panic!("acquire reply") };
-            let fence: u64 = redis::from_redis_value(items[1].clone()).unwrap();
-            best = best.max(fence);
-            let _: i64 = release
-                .key("ferrolock:{cx-control}")
-                .arg(token)
-                .arg("ferrolock:{cx-control}:released")
-                .arg(0)
-                .invoke(&mut c)
-                .unwrap();
+            best = best.max(raw_acquire(&mut c, "cx-control", token, None));
+            raw_release(&mut c, "cx-control", token);
         }
         best
     };
@@ -404,32 +416,14 @@ async fn fence_write_back_fixes_the_counterexample() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_healthy_round_agrees_on_one_fence_without_a_write_back() {
     let servers = start_many(5);
-    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
     let fences = |name: &str, floor: Option<u64>| -> Vec<u64> {
-        servers
-            .iter()
-            .map(|s| {
-                let mut c = s.conn().unwrap();
-                let mut inv = script.key(format!("ferrolock:{{{name}}}"));
-                inv.key(format!("ferrolock:{{{name}}}:fence")).arg("t").arg(10_000).arg(60_000).arg(10);
-                if let Some(f) = floor {
-                    inv.arg("").arg(f);
-                }
-                let v: redis::Value = inv.invoke(&mut c).unwrap();
-                let redis::Value::Array(items) = v else { panic!("acquire reply") };
-                redis::from_redis_value(items[1].clone()).unwrap()
-            })
-            .collect()
+        servers.iter().map(|s| raw_acquire(&mut s.conn().unwrap(), name, "t", floor)).collect()
     };
     let plain = fences("floor-control", None);
     let mut distinct = plain.clone();
     distinct.dedup();
     assert_eq!(distinct.len(), 5, "control: without a floor each master grants its own TIME: {plain:?}");
-    let now_us = |s: &RedisServer| -> u64 {
-        let t: Vec<String> = s.cmd(&["TIME"]);
-        t[0].parse::<u64>().unwrap() * 1_000_000 + t[1].parse::<u64>().unwrap()
-    };
-    let floor = now_us(&servers[0]) + 1_000_000;
+    let floor = server_micros(&servers[0]) + 1_000_000;
     assert_eq!(fences("floor", Some(floor)), vec![floor; 5]);
 
     // The library: a run of grants and releases sends each master at most one acquire and one
@@ -461,34 +455,13 @@ async fn a_healthy_round_agrees_on_one_fence_without_a_write_back() {
 #[tokio::test]
 async fn the_fence_floor_is_bounded_by_the_server_clock() {
     let server = RedisServer::start();
-    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
-    let release = redis::Script::new(include_str!("../scripts/release.lua"));
     let mut c = server.conn().unwrap();
     let mut grant = |floor: u64| -> u64 {
-        let v: redis::Value = script
-            .key("ferrolock:{bound}")
-            .key("ferrolock:{bound}:fence")
-            .arg("t")
-            .arg(10_000)
-            .arg(60_000)
-            .arg(10)
-            .arg("")
-            .arg(floor)
-            .invoke(&mut c)
-            .unwrap();
-        let redis::Value::Array(items) = v else { panic!("acquire reply") };
-        let fence: u64 = redis::from_redis_value(items[1].clone()).unwrap();
-        let _: i64 = release
-            .key("ferrolock:{bound}")
-            .arg("t")
-            .arg("ferrolock:{bound}:released")
-            .arg(0)
-            .invoke(&mut c)
-            .unwrap();
+        let fence = raw_acquire(&mut c, "bound", "t", Some(floor));
+        raw_release(&mut c, "bound", "t");
         fence
     };
-    let time: Vec<String> = server.cmd(&["TIME"]);
-    let now = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
+    let now = server_micros(&server);
     let ahead = now + 30_000_000; // 30 s ahead: taken
     assert_eq!(grant(ahead), ahead);
     let far = now + 3_600_000_000; // an hour ahead: ignored, the fencing rule decides
