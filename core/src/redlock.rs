@@ -250,6 +250,9 @@ impl Node {
 
     /// A request timed out: no new work until a PING comes back. The PING is queued behind
     /// whatever the master still has to answer, so its reply also means the backlog is gone.
+    /// It waits as long as that takes (the connection has no response timeout): one PING per
+    /// stall, however long the master stays stopped; a new one only after the connection
+    /// failed (the master was killed, the connection is re-established).
     fn stall(self: &Arc<Self>, timeout: Duration) {
         self.stalled.store(true, Ordering::Release);
         if self.probing.swap(true, Ordering::AcqRel) {
@@ -261,14 +264,29 @@ impl Node {
             let mut pause = timeout;
             loop {
                 let Some(node) = weak.upgrade() else { return };
-                if let Some(mut conn) = node.conn() {
-                    // Bounded by the connection's response timeout; one PING at a time.
-                    if redis::cmd("PING").query_async::<()>(&mut conn).await.is_ok() {
-                        node.probing.store(false, Ordering::Release);
-                        node.stalled.store(false, Ordering::Release);
-                        tracing::debug!(master = %node.addr, "ferrolock: redlock master answers again");
-                        return;
+                // Set before any request could stall the master, and never unset.
+                let Some(conn) = node.conn() else { return };
+                drop(node);
+                // Unbounded on purpose (see above): ends with the reply or a failed connection.
+                // The wait holds no reference to the master: once the client is gone, the PING
+                // is dropped within a second, and with it this handle on the connection.
+                let mut ping = std::pin::pin!(async move {
+                    let mut conn = conn;
+                    redis::cmd("PING").query_async::<()>(&mut conn).await
+                });
+                let answered = loop {
+                    match tokio::time::timeout(Duration::from_secs(1), &mut ping).await {
+                        Ok(r) => break r.is_ok(),
+                        Err(_) if weak.strong_count() == 0 => return,
+                        Err(_) => {}
                     }
+                };
+                let Some(node) = weak.upgrade() else { return };
+                if answered {
+                    node.probing.store(false, Ordering::Release);
+                    node.stalled.store(false, Ordering::Release);
+                    tracing::debug!(master = %node.addr, "ferrolock: redlock master answers again");
+                    return;
                 }
                 drop(node);
                 tokio::time::sleep(pause).await;
@@ -408,15 +426,18 @@ impl Quorum {
         quorum: usize,
         opts: Arc<ClientOptions>,
     ) -> Result<Arc<Quorum>> {
-        // The driver-level timeout only ends requests nobody waits for any more (and the probe
-        // PING); every round bounds its own requests by the per-master timeout.
-        let response_timeout = opts.response_timeout.max(opts.redlock_node_timeout);
+        // No driver-level response timeout: every request is bounded where it is sent (rounds by
+        // the per-master timeout, unsubscribes by the sweep's bound), and the stall probe's PING
+        // must stay outstanding until the master answers it. A timed-out PING would still be
+        // queued on the connection, and the next probe would queue another one behind it: a
+        // master stopped for an hour would run some 1,800 PINGs on resume (see `Node::stall`).
+        let response_timeout = None;
         let mut tasks = Vec::new();
         for t in targets {
             let opts = opts.clone();
             tasks.push(tokio::spawn(async move {
                 let notifier = Arc::new(Notifier::default());
-                let conn = t.manager(&opts, Some(response_timeout), &notifier).await;
+                let conn = t.manager(&opts, response_timeout, &notifier).await;
                 (t, notifier, conn)
             }));
         }
@@ -1320,12 +1341,17 @@ fn start_node(node: &Arc<Node>, conn: ConnectionManager, opts: &Arc<ClientOption
 }
 
 /// Keep trying a master that could not be reached at connect time.
-async fn reconnect(node: Weak<Node>, target: Target, opts: Arc<ClientOptions>, response_timeout: Duration) {
+async fn reconnect(
+    node: Weak<Node>,
+    target: Target,
+    opts: Arc<ClientOptions>,
+    response_timeout: Option<Duration>,
+) {
     let mut pause = Duration::from_millis(100);
     loop {
         tokio::time::sleep(pause).await;
         let Some(n) = node.upgrade() else { return };
-        if let Ok(conn) = target.manager(&opts, Some(response_timeout), &n.notifier).await {
+        if let Ok(conn) = target.manager(&opts, response_timeout, &n.notifier).await {
             start_node(&n, conn, &opts);
             tracing::info!(master = %n.addr, "ferrolock: redlock master connected");
             return;

@@ -241,6 +241,85 @@ async fn a_reused_handle_piles_up_no_releases_on_a_stopped_master() {
     assert!(!holds(stopped, "s2"), "a hold lingers on the resumed master");
 }
 
+// 2c. However long a master stays stopped, the client leaves one PING probe queued on it, not
+//     one per response timeout. Control: with a probe that gives up after the 200 ms response
+//     timeout and tries again (the code before this test), this run queued 6.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_stopped_for_long_gets_one_probe() {
+    let servers = start_many(3);
+    let mut opts = ClientOptions::default();
+    opts.redlock_node_timeout = Duration::from_millis(50);
+    opts.response_timeout = Duration::from_millis(200);
+    let client = redlock_with(&servers, opts).await;
+    let lock = client.lock("probe", LockOptions::lease(Duration::from_secs(3))).unwrap();
+    lock.try_acquire().await.unwrap().unwrap().release().await.unwrap();
+    let stopped = &servers[2];
+    let pings = |s: &RedisServer| s.command_calls().get("ping").copied().unwrap_or(0);
+    let before = pings(stopped);
+    stopped.pause();
+    // One pair times out on the stopped master and starts the probe.
+    lock.try_acquire().await.unwrap().expect("a quorum of two grants").release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Still served by the other two meanwhile, and nothing new is queued for the stopped one.
+    lock.try_acquire().await.unwrap().expect("a quorum of two grants").release().await.unwrap();
+    stopped.resume();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ran = pings(stopped) - before;
+    assert_eq!(ran, 1, "PING probes run late on the resumed master");
+    // The probe's reply cleared the stall: the master takes part in rounds again.
+    let t0 = Instant::now();
+    loop {
+        let g = lock.try_acquire().await.unwrap().expect("granted");
+        let there = holds(stopped, "probe");
+        g.release().await.unwrap();
+        if there {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "the resumed master never took part again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// 2d. The probe's wait has no end of its own, so it must not keep a dropped client's connection
+//     to a stopped master open. Control: a probe that holds its master while it waits keeps
+//     the connection (checked by hand: still established after the drop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_client_leaves_no_probe_behind() {
+    let servers = start_many(3);
+    let mut opts = ClientOptions::default();
+    opts.redlock_node_timeout = Duration::from_millis(50);
+    let client = redlock_with(&servers, opts).await;
+    let lock = client.lock("gone", LockOptions::lease(Duration::from_secs(3))).unwrap();
+    let stopped = &servers[2];
+    stopped.pause();
+    lock.try_acquire().await.unwrap().expect("a quorum of two grants").release().await.unwrap();
+    assert_eq!(established_to(stopped.port()), 1, "the client's connection to the stopped master");
+    tokio::time::sleep(Duration::from_millis(200)).await; // the request timed out: probing
+    drop(lock);
+    drop(client);
+    let t0 = Instant::now();
+    while established_to(stopped.port()) > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(3), "the dropped client's connection stays open");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stopped.resume();
+}
+
+/// Connections to `port` on 127.0.0.1 whose server side is still established (the kernel keeps
+/// the books while the server is stopped: a client that closes turns it to CLOSE_WAIT).
+fn established_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let local = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1] == local && f[3] == "01"
+        })
+        .count()
+}
+
 // 3. Three of five stopped: a typed quorum error within the caller's wait, and no partial hold
 //    anywhere once the masters resume (TTL 30 s, so expiry cannot hide a leftover).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
