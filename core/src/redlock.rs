@@ -52,10 +52,6 @@ pub(crate) struct Lane {
     /// Whether an acquire of this handle may have reached the master since its last confirmed
     /// full release: only such masters need a release (the others cannot hold this token).
     touched: Arc<Touch>,
-    /// The fence this master stores for the handle's current hold, as far as known (0: not
-    /// known). Written by the acquire tasks of a kept round, read by a re-entry's undo: a master
-    /// whose hold has another fence had lost the hold and got a fresh one from this very round.
-    fence: Arc<AtomicU64>,
 }
 
 impl Lane {
@@ -612,7 +608,6 @@ impl Quorum {
                 keys: (inner.keys.hold.clone(), inner.keys.channel.clone()),
                 token: inner.token.clone(),
                 touched: (inner.lanes[i].touched.clone(), generation),
-                fence: inner.lanes[i].fence.clone(),
             };
             tokio::spawn(task.run(conn, inv));
         }
@@ -915,7 +910,7 @@ impl Quorum {
         let mut round = self.fan_out(&class, Some(&inner.lanes), |i, mut conn| {
             let mut inv = scripts::RELEASE.key(&inner.keys.hold);
             inv.arg(&*inner.token).arg(&inner.keys.channel).arg(target);
-            let eval = release_eval(&inner.keys.hold, &inner.token, &inner.keys.channel, target, None);
+            let eval = release_eval(&inner.keys.hold, &inner.token, &inner.keys.channel, target);
             let node = self.nodes[i].clone();
             let touched = inner.lanes[i].touched.clone();
             let generation = touched.now();
@@ -1221,7 +1216,6 @@ struct AcquireTask {
     keys: (Vec<u8>, Vec<u8>),
     token: Arc<str>,
     touched: (Arc<Touch>, u64),
-    fence: Arc<AtomicU64>,
 }
 
 impl AcquireTask {
@@ -1240,14 +1234,11 @@ impl AcquireTask {
             keys,
             token,
             touched,
-            fence,
         } = self;
         let mut sent = false;
-        let mut expected = 0;
         let request = async {
             lane.wait().await;
             sent = true;
-            expected = fence.load(Ordering::Acquire); // in lane order: after earlier rounds
             touched.0.sent(touched.1);
             inv.invoke_async::<Value>(&mut conn).await
         };
@@ -1264,10 +1255,6 @@ impl AcquireTask {
             lane.wait().await; // never sent; still keep the lane's order for whoever is next
         }
         let surely_not_granted = matches!(reply, Reply::Ok(AcqReply::Held { .. } | AcqReply::Limit));
-        let granted = match reply {
-            Reply::Ok(AcqReply::Granted { fence, .. }) => Some(fence),
-            _ => None,
-        };
         let _ = tx.send((i, reply));
         drop(tx);
         // The round's verdict; a dropped round (cancelled acquire) means undo.
@@ -1280,13 +1267,6 @@ impl AcquireTask {
                 break Verdict::Undo(prior);
             }
         };
-        if v == Verdict::Keep {
-            match granted {
-                Some(f) => fence.store(f, Ordering::Release),
-                None if prior == 0 => fence.store(0, Ordering::Release), // a new hold, not known here
-                None => {}
-            }
-        }
         // A request that timed out waiting for its lane was never sent: nothing to undo.
         if let Verdict::Undo(target) = v
             && !surely_not_granted
@@ -1297,11 +1277,7 @@ impl AcquireTask {
             if target == 0 {
                 touched.0.released(touched.1);
             }
-            // A re-entry's undo names the hold's fence on this master: where the script found the
-            // hold gone and made a fresh one, the fences differ and release.lua deletes it
-            // instead of leaving it at the old depth for a later re-entry to count.
-            let hold_fence = (target > 0 && expected != 0).then_some(expected);
-            let cmd = release_eval(&keys.0, &token, &keys.1, target, hold_fence);
+            let cmd = release_eval(&keys.0, &token, &keys.1, target);
             match tokio::time::timeout(timeout, cmd.query_async::<i64>(&mut conn)).await {
                 Ok(Ok(r)) if target == 0 || r < 0 => touched.0.clear(touched.1),
                 Ok(_) => {}
@@ -1332,12 +1308,9 @@ fn fence_floor() -> String {
 /// it runs nobody waits for it any more. Sent as `EVALSHA`, a `NOSCRIPT` reply there (the script
 /// not cached on that master, e.g. after a restart, while `acquire.lua` is) would go unnoticed,
 /// nobody would follow it with `SCRIPT LOAD`, and the hold it was meant to undo would stay.
-fn release_eval(hold: &[u8], token: &str, channel: &[u8], target: u32, fence: Option<u64>) -> redis::Cmd {
+fn release_eval(hold: &[u8], token: &str, channel: &[u8], target: u32) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(scripts::RELEASE_SOURCE).arg(1).arg(hold).arg(token).arg(channel).arg(target);
-    if let Some(f) = fence {
-        cmd.arg(f); // ARGV[4]
-    }
     cmd
 }
 
