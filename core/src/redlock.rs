@@ -1255,6 +1255,9 @@ impl AcquireTask {
             lane.wait().await; // never sent; still keep the lane's order for whoever is next
         }
         let surely_not_granted = matches!(reply, Reply::Ok(AcqReply::Held { .. } | AcqReply::Limit));
+        // A re-entry that made a fresh hold here (depth 1): this master had lost the hold, and
+        // what is there now is this very request's grant.
+        let fresh_in_reentry = prior > 0 && matches!(reply, Reply::Ok(AcqReply::Granted { count: 1, .. }));
         let _ = tx.send((i, reply));
         drop(tx);
         // The round's verdict; a dropped round (cancelled acquire) means undo.
@@ -1268,11 +1271,17 @@ impl AcquireTask {
             }
         };
         // A request that timed out waiting for its lane was never sent: nothing to undo.
-        if let Verdict::Undo(target) = v
+        if let Verdict::Undo(mut target) = v
             && !surely_not_granted
             && sent
             && let Some((mut conn, inflight)) = node.admit(Class::Cleanup, cap)
         {
+            // Undoing such a fresh hold deletes it. Put back at the old depth, it would look like
+            // a master that still had the hold to a later re-entry, which would then rebuild the
+            // hold from it without a quorum. (Not the fence: a write-back may have changed it.)
+            if fresh_in_reentry {
+                target = 0;
+            }
             // Sent as EVAL (never NOSCRIPT): it may run long after this task stopped waiting.
             if target == 0 {
                 touched.0.released(touched.1);

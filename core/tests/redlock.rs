@@ -840,6 +840,74 @@ async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
     }
 }
 
+// A re-entry that cannot decide (masters 1 and 2 had lost the hold, master 0 does not answer) is
+// undone. Masters 1 and 2 answered with fresh holds (depth 1) made by this very round: the undo
+// must delete them, not leave them at the old depth, or a later re-entry counts them as masters
+// that still had the hold. Here master 3 then loses it too, so only 0 and 4 have it: the next
+// re-entry must find it LOST (old code: rebuilt from the two leftovers, same fence, depth 2).
+// Control: without that last loss the next re-entry is a plain one (0, 3, 4 still have it).
+// The masters' counters run 10 s ahead, each by a different amount, so that every grant is
+// written back (raise_fence.lua also records the round's fence in the hold): the undo must keep
+// the real holds all the same (an earlier fix named each master's granted fence in the undo and
+// deleted them; found by chaos w2-n5a).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_undecided_reentry_leaves_no_fresh_holds_to_count_later() {
+    let servers = start_many(5);
+    let client = redlock_with(&servers, calm()).await;
+    let lock = client.lock("ghost", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let ahead = server_micros(&servers[0]) + 10_000_000;
+    for (i, s) in servers.iter().enumerate() {
+        let _: () = s.cmd(&["SET", "ferrolock:{ghost}:fence", &(ahead + 1000 * i as u64).to_string()]);
+    }
+    for third_loss in [false, true] {
+        let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        assert!(g.fence() > ahead, "the grant took the counters ahead of the floor");
+        let t0 = Instant::now();
+        loop {
+            let fences: Vec<String> =
+                servers.iter().map(|s| s.cmd(&["HGET", "ferrolock:{ghost}", "fence"])).collect();
+            if fences.iter().all(|f| f == &g.fence().to_string()) {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(2), "not written back everywhere: {fences:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for s in &servers[1..3] {
+            let _: () = s.cmd(&["DEL", "ferrolock:{ghost}"]);
+        }
+        servers[0].pause();
+        let undecided = lock.acquire(Some(Duration::ZERO)).await;
+        servers[0].resume();
+        // 2 re-entries, 2 fresh holds, 1 silent master: neither a quorum nor certainly lost.
+        undecided.expect_err("two re-entries are no quorum");
+        assert_eq!(g.state(), LockState::Held, "not certainly lost yet");
+        tokio::time::sleep(Duration::from_millis(600)).await; // the stall probe clears
+        if third_loss {
+            let _: () = servers[3].cmd(&["DEL", "ferrolock:{ghost}"]);
+        }
+        let again = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        if !third_loss {
+            assert_eq!((again.fence(), again.count()), (g.fence(), 2), "control: 0, 3 and 4 still had it");
+            again.release().await.unwrap();
+            g.release().await.unwrap();
+            continue;
+        }
+        assert_eq!(
+            g.state(),
+            LockState::Lost,
+            "a re-entry rebuilt the hold from the undone round's leftovers"
+        );
+        assert!(again.fence() > g.fence());
+        again.release().await.unwrap();
+        assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    }
+    let start = Instant::now();
+    while servers.iter().any(|s| holds(s, "ghost")) {
+        assert!(start.elapsed() < Duration::from_secs(2), "a hold was left on a master");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 // SCRIPT FLUSH on every master mid-run (B17): no user-visible error, renewals keep working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_on_all_masters_is_invisible() {
