@@ -615,9 +615,13 @@ impl Quorum {
 
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let (mut held, mut failed, mut limit) = (0usize, 0usize, 0usize);
-        // A re-entry counts only masters that still had the hold (depth ≥ 2 after the script);
-        // a fresh hold (depth 1) there means that master had lost it.
+        // A re-entry counts only masters that still had the hold: depth ≥ 2 after the script and
+        // the hold's fence. A fresh hold (depth 1) there means that master had lost it; so does a
+        // deeper one with another fence: a fresh hold an earlier, undone re-entry round made
+        // there and put back at its old depth (every master of a grant stores its fence, agreed
+        // by the floor or written back by `raise_fence.lua`).
         let reentry = current.is_some();
+        let hold_fence = current.as_ref().map(|h| h.fence);
         let (mut reentered, mut fresh) = (0usize, 0usize);
         let mut pttl: Option<u64> = None;
         let mut replied = vec![false; n];
@@ -630,7 +634,7 @@ impl Quorum {
             match reply {
                 Reply::Ok(AcqReply::Granted { fence, count }) => {
                     granted.push((i, fence));
-                    if count >= 2 {
+                    if count >= 2 && hold_fence.is_none_or(|f| f == fence) {
                         reentered += 1;
                     } else {
                         fresh += 1;
@@ -1255,9 +1259,6 @@ impl AcquireTask {
             lane.wait().await; // never sent; still keep the lane's order for whoever is next
         }
         let surely_not_granted = matches!(reply, Reply::Ok(AcqReply::Held { .. } | AcqReply::Limit));
-        // A re-entry that made a fresh hold here (depth 1): this master had lost the hold, and
-        // what is there now is this very request's grant.
-        let fresh_in_reentry = prior > 0 && matches!(reply, Reply::Ok(AcqReply::Granted { count: 1, .. }));
         let _ = tx.send((i, reply));
         drop(tx);
         // The round's verdict; a dropped round (cancelled acquire) means undo.
@@ -1271,17 +1272,11 @@ impl AcquireTask {
             }
         };
         // A request that timed out waiting for its lane was never sent: nothing to undo.
-        if let Verdict::Undo(mut target) = v
+        if let Verdict::Undo(target) = v
             && !surely_not_granted
             && sent
             && let Some((mut conn, inflight)) = node.admit(Class::Cleanup, cap)
         {
-            // Undoing such a fresh hold deletes it. Put back at the old depth, it would look like
-            // a master that still had the hold to a later re-entry, which would then rebuild the
-            // hold from it without a quorum. (Not the fence: a write-back may have changed it.)
-            if fresh_in_reentry {
-                target = 0;
-            }
             // Sent as EVAL (never NOSCRIPT): it may run long after this task stopped waiting.
             if target == 0 {
                 touched.0.released(touched.1);

@@ -841,17 +841,17 @@ async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
 }
 
 // A re-entry that cannot decide (masters 1 and 2 had lost the hold, master 0 does not answer) is
-// undone. Masters 1 and 2 answered with fresh holds (depth 1) made by this very round: the undo
-// must delete them, not leave them at the old depth, or a later re-entry counts them as masters
-// that still had the hold. Here master 3 then loses it too, so only 0 and 4 have it: the next
-// re-entry must find it LOST (old code: rebuilt from the two leftovers, same fence, depth 2).
+// undone. Masters 1 and 2 answered with fresh holds (depth 1) made by this very round, and the
+// undo puts them back at the old depth: a later re-entry finds them at depth 2 and must not count
+// them as masters that still had the hold (they carry their own fence, not the hold's). Here
+// master 3 then loses it too, so only 0 and 4 have it: the next re-entry must find it LOST (old
+// code: rebuilt from the two leftovers, same fence, depth 2).
 // Control: without that last loss the next re-entry is a plain one (0, 3, 4 still have it).
 // The masters' counters run 10 s ahead, each by a different amount, so that every grant is
-// written back (raise_fence.lua also records the round's fence in the hold): the undo must keep
-// the real holds all the same (an earlier fix named each master's granted fence in the undo and
-// deleted them; found by chaos w2-n5a).
+// written back (raise_fence.lua also records the round's fence in the hold): holds that got
+// the write-back count (an earlier fix compared each master's granted fence and lost them).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_undecided_reentry_leaves_no_fresh_holds_to_count_later() {
+async fn an_undecided_reentry_does_not_count_its_fresh_holds_later() {
     let servers = start_many(5);
     let client = redlock_with(&servers, calm()).await;
     let lock = client.lock("ghost", LockOptions::lease(Duration::from_secs(30))).unwrap();
