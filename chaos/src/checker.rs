@@ -456,6 +456,57 @@ fn leaked_lock_ms(kills: &[(u64, u64)], segs: &[Seg], quorum: usize, observed_un
 /// `to <= from`).
 type Certain<'a> = (u64, u64, &'a Obs);
 
+/// Renewals after release, from MONITOR lines (`{"node", "t_mono_ns", "args"}`, the script shapes
+/// of docs/PROTOCOL.md): an extend on a master that saw this token's count-0 release since the
+/// token's last acquire, once a quorum of masters saw one (the client released the hold). A
+/// count-0 undo on a minority while the hold lives on elsewhere (a re-entry's fresh hold deleted,
+/// docs/REDLOCK.md) is not a release: the watchdog still renews the hold on every master, and
+/// extend.lua changes nothing where it is gone. Returns the count and the first few.
+fn renewals_after_release(monitor: impl IntoIterator<Item = Value>, quorum: u64) -> (u64, Vec<Value>) {
+    let mut released: HashMap<(String, String), HashSet<u64>> = HashMap::new();
+    let mut renew_after_release = 0u64;
+    let mut renew_examples = Vec::new();
+    for m in monitor {
+        let node = u(&m, "node").unwrap_or(0);
+        let args: Vec<String> = m
+            .get("args")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        if args.len() < 3 {
+            continue;
+        }
+        let nkeys: usize = args[2].parse().unwrap_or(99);
+        let rest = &args[3.min(args.len())..];
+        if nkeys == 0 || rest.len() < nkeys {
+            continue;
+        }
+        let (keys, argv) = rest.split_at(nkeys);
+        let token = (keys[0].clone(), argv.first().cloned().unwrap_or_default());
+        let after_release = |released: &HashMap<(String, String), HashSet<u64>>| {
+            released.get(&token).is_some_and(|nodes| nodes.contains(&node) && nodes.len() as u64 >= quorum)
+        };
+        match (nkeys, argv.len()) {
+            // acquire.lua: ARGV[5] (fair mode, with 4 keys) and ARGV[6] (Redlock floor) optional
+            (2, 4..=6) | (4, 5) => {
+                released.remove(&token);
+            }
+            (1, 3) | (1, 4) | (1, 5) if argv[2] == "0" => {
+                released.entry(token).or_default().insert(node);
+            }
+            (1, 2) if after_release(&released) => {
+                renew_after_release += 1;
+                if renew_examples.len() < 5 {
+                    renew_examples
+                        .push(json!({"node": node, "key": keys[0], "t_mono_ns": u(&m, "t_mono_ns")}));
+                }
+            }
+            _ => {}
+        }
+    }
+    (renew_after_release, renew_examples)
+}
+
 /// A lost Redlock hold as the probe proves it: the first instant at which enough masters were
 /// certainly not holding it, and those masters.
 #[derive(Clone, Debug, PartialEq)]
@@ -857,43 +908,8 @@ pub fn check_run(dir: &Path) -> Value {
     let false_pos = cs.iter().enumerate().filter(|(i, c)| c.lost_t.is_some() && !truth.contains(i)).count();
     let recall = if truth_alive.is_empty() { 1.0 } else { notified as f64 / truth_alive.len() as f64 };
 
-    // Renewals after release (MONITOR), by the shapes of docs/PROTOCOL.md.
-    let mut state: HashMap<(u64, String, String), bool> = HashMap::new(); // true = released
-    let mut renew_after_release = 0u64;
-    let mut renew_examples = Vec::new();
-    for m in read_lines(&dir.join("monitor.jsonl")) {
-        let node = u(&m, "node").unwrap_or(0);
-        let args: Vec<String> = m
-            .get("args")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
-            .unwrap_or_default();
-        if args.len() < 3 {
-            continue;
-        }
-        let nkeys: usize = args[2].parse().unwrap_or(99);
-        let rest = &args[3.min(args.len())..];
-        if rest.len() < nkeys {
-            continue;
-        }
-        let (keys, argv) = rest.split_at(nkeys);
-        match (nkeys, argv.len()) {
-            (2, 4) => {
-                state.insert((node, keys[0].clone(), argv[0].clone()), false);
-            }
-            (1, 3) if argv[2] == "0" => {
-                state.insert((node, keys[0].clone(), argv[0].clone()), true);
-            }
-            (1, 2) if state.get(&(node, keys[0].clone(), argv[0].clone())) == Some(&true) => {
-                renew_after_release += 1;
-                if renew_examples.len() < 5 {
-                    renew_examples
-                        .push(json!({"node": node, "key": keys[0], "t_mono_ns": u(&m, "t_mono_ns")}));
-                }
-            }
-            _ => {}
-        }
-    }
+    let (renew_after_release, renew_examples) =
+        renewals_after_release(read_lines(&dir.join("monitor.jsonl")), quorum as u64);
 
     // Leaked locks: holder killed → the lock free again (fewer than a quorum of masters hold it).
     let kills_fenced: Vec<(u64, u64)> = nemesis
@@ -1189,6 +1205,29 @@ mod tests {
             rel_t: Some(rel),
             ..Cs::default()
         }
+    }
+
+    #[test]
+    fn a_renewal_counts_as_after_release_only_once_a_quorum_saw_the_release() {
+        let line = |node: u64, args: &[&str]| json!({"node": node, "t_mono_ns": 1, "args": args});
+        let acquire = |n| line(n, &["EVALSHA", "a", "2", "k", "k:fence", "T", "1000", "9", "10", "", "5"]);
+        let release = |n| line(n, &["EVAL", "src", "1", "k", "T", "k:released", "0"]);
+        let extend = |n| line(n, &["EVALSHA", "e", "1", "k", "T", "1000"]);
+        let pexpire = |n| line(n, &["PEXPIRE", "k", "0"]);
+        // A re-entry's fresh hold deleted on masters 0 and 1; the hold lives on: renewals are fine.
+        let mut m: Vec<Value> = (0..5).map(acquire).collect();
+        m.extend([release(0), release(1), pexpire(2)]);
+        m.extend((0..5).map(extend));
+        assert_eq!(renewals_after_release(m.clone(), 3).0, 0);
+        // The client released it (a quorum saw the count-0 release): a renewal there is a defect.
+        m.push(release(2));
+        m.extend([extend(0), extend(3)]);
+        assert_eq!(renewals_after_release(m.clone(), 3).0, 1);
+        // A single master (quorum 1): as before, one release there is enough.
+        assert_eq!(renewals_after_release([acquire(0), release(0), extend(0)], 1).0, 1);
+        // A new acquire (Redlock shape, 6 ARGV) starts afresh.
+        m.extend([acquire(0), extend(0)]);
+        assert_eq!(renewals_after_release(m, 3).0, 1);
     }
 
     #[test]
