@@ -713,6 +713,18 @@ impl Quorum {
                 return Ok(Round::Expired);
             }
             let _ = verdict_tx.send(Verdict::Keep);
+            // A kept re-entry adopts the holds of this token that lack the hold's fence (fresh
+            // ones this round made where the hold was lost, or left by an undone round): the
+            // quorum proved the hold alive at this round, so from now on they are part of it, and
+            // with its fence a later re-entry counts them.
+            if current.is_some() {
+                let adopt: Vec<usize> =
+                    granted.iter().filter(|&&(_, f)| f != fence).map(|&(i, _)| i).collect();
+                if !adopt.is_empty() {
+                    let skip: Vec<usize> = (0..n).filter(|i| !adopt.contains(i)).collect();
+                    self.raise_fence(lock, fence, &skip, &adopt, adopt.len()).await;
+                }
+            }
             return Ok(Round::Granted(lock.granted(fence, prior + 1, deadline)));
         }
         undo(verdict_tx);

@@ -908,6 +908,39 @@ async fn an_undecided_reentry_does_not_count_its_fresh_holds_later() {
     }
 }
 
+// A kept re-entry (3 of 5 still had the hold) adopts the fresh holds it made on the two that had
+// lost it: they get the hold's fence, so when a third master loses it later, the next re-entry
+// still counts them (the quorum proved the hold alive when they were taken) and goes on.
+// Control: without the adoption those two count as lost and the hold is reported LOST.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kept_reentry_adopts_the_fresh_holds_it_made() {
+    let servers = start_many(5);
+    let client = redlock_with(&servers, calm()).await;
+    let lock = client.lock("adopt", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    for s in &servers[3..] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{adopt}"]);
+    }
+    let inner = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert_eq!((inner.fence(), inner.count()), (g.fence(), 2), "0, 1 and 2 still had it");
+    for s in &servers[3..] {
+        let f: Option<String> = s.cmd(&["HGET", "ferrolock:{adopt}", "fence"]);
+        assert_eq!(f, Some(g.fence().to_string()), "a fresh hold was not adopted");
+    }
+    let _: () = servers[2].cmd(&["DEL", "ferrolock:{adopt}"]);
+    let third = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert_eq!((third.fence(), third.count()), (g.fence(), 3), "0, 1, 3 and 4 hold it");
+    assert_eq!(g.state(), LockState::Held);
+    third.release().await.unwrap();
+    inner.release().await.unwrap();
+    g.release().await.unwrap();
+    let start = Instant::now();
+    while servers.iter().any(|s| holds(s, "adopt")) {
+        assert!(start.elapsed() < Duration::from_secs(2), "a hold was left on a master");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 // SCRIPT FLUSH on every master mid-run (B17): no user-visible error, renewals keep working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_on_all_masters_is_invisible() {
