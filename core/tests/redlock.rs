@@ -45,6 +45,15 @@ fn holds(server: &RedisServer, name: &str) -> bool {
     n == 1
 }
 
+/// Waits (at most 2 s: releases may land after the call returned) until no master holds `name`.
+async fn no_hold_left(servers: &[RedisServer], name: &str) {
+    let start = Instant::now();
+    while servers.iter().any(|s| holds(s, name)) {
+        assert!(start.elapsed() < Duration::from_secs(2), "a hold on {name} was left on a master");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// `acquire.lua` called directly on one master (lease 10 s, retention 60 s, depth 10), with the
 /// Redlock fence floor when given: the fence it grants.
 fn raw_acquire(c: &mut redis::Connection, name: &str, token: &str, floor: Option<u64>) -> u64 {
@@ -786,11 +795,7 @@ async fn a_release_that_finds_the_hold_gone_says_so() {
     assert!(e.message().contains("the release found the key gone"), "does not say why: {e}");
     assert!(e.message().contains("on more than 2 of 5 masters"), "does not count the masters: {e}");
     // The release still went to the other two masters (replies may land after it returned).
-    let start = Instant::now();
-    while servers.iter().any(|s| holds(s, "gone")) {
-        assert!(start.elapsed() < Duration::from_secs(2), "a hold was left on a master");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    no_hold_left(&servers, "gone").await;
 }
 
 // A re-entry must not rebuild a hold that lost its quorum (found by the chaos suite, w2-n1a:
@@ -833,11 +838,7 @@ async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
         .count();
     assert!(with_fence >= 3, "the new fence is on only {with_fence} masters");
     again.release().await.unwrap();
-    let start = Instant::now();
-    while servers.iter().any(|s| holds(s, "rebuild")) {
-        assert!(start.elapsed() < Duration::from_secs(2), "a hold was left on a master");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    no_hold_left(&servers, "rebuild").await;
 }
 
 // A re-entry that cannot decide (masters 1 and 2 had lost the hold, master 0 does not answer) is
@@ -901,11 +902,7 @@ async fn an_undecided_reentry_does_not_count_its_fresh_holds_later() {
         again.release().await.unwrap();
         assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
     }
-    let start = Instant::now();
-    while servers.iter().any(|s| holds(s, "ghost")) {
-        assert!(start.elapsed() < Duration::from_secs(2), "a hold was left on a master");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    no_hold_left(&servers, "ghost").await;
 }
 
 // A kept re-entry (3 of 5 still had the hold) adopts the fresh holds it made on the two that had
@@ -934,11 +931,7 @@ async fn a_kept_reentry_adopts_the_fresh_holds_it_made() {
     third.release().await.unwrap();
     inner.release().await.unwrap();
     g.release().await.unwrap();
-    let start = Instant::now();
-    while servers.iter().any(|s| holds(s, "adopt")) {
-        assert!(start.elapsed() < Duration::from_secs(2), "a hold was left on a master");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    no_hold_left(&servers, "adopt").await;
 }
 
 // SCRIPT FLUSH on every master mid-run (B17): no user-visible error, renewals keep working.
