@@ -615,13 +615,9 @@ impl Quorum {
 
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let (mut held, mut failed, mut limit) = (0usize, 0usize, 0usize);
-        // A re-entry counts only masters that still had the hold: depth ≥ 2 after the script and
-        // the hold's fence. A fresh hold (depth 1) there means that master had lost it; so does a
-        // deeper one with another fence: a fresh hold an earlier, undone re-entry round made
-        // there and put back at its old depth (every master of a grant stores its fence, agreed
-        // by the floor or written back by `raise_fence.lua`).
+        // A re-entry counts only masters that still had the hold (depth ≥ 2 after the script);
+        // a fresh hold (depth 1) there means that master had lost it.
         let reentry = current.is_some();
-        let hold_fence = current.as_ref().map(|h| h.fence);
         let (mut reentered, mut fresh) = (0usize, 0usize);
         let mut pttl: Option<u64> = None;
         let mut replied = vec![false; n];
@@ -634,7 +630,7 @@ impl Quorum {
             match reply {
                 Reply::Ok(AcqReply::Granted { fence, count }) => {
                     granted.push((i, fence));
-                    if count >= 2 && hold_fence.is_none_or(|f| f == fence) {
+                    if count >= 2 {
                         reentered += 1;
                     } else {
                         fresh += 1;
@@ -713,18 +709,6 @@ impl Quorum {
                 return Ok(Round::Expired);
             }
             let _ = verdict_tx.send(Verdict::Keep);
-            // A kept re-entry adopts the holds of this token that lack the hold's fence (fresh
-            // ones this round made where the hold was lost, or left by an undone round): the
-            // quorum proved the hold alive at this round, so from now on they are part of it, and
-            // with its fence a later re-entry counts them.
-            if current.is_some() {
-                let adopt: Vec<usize> =
-                    granted.iter().filter(|&&(_, f)| f != fence).map(|&(i, _)| i).collect();
-                if !adopt.is_empty() {
-                    let skip: Vec<usize> = (0..n).filter(|i| !adopt.contains(i)).collect();
-                    self.raise_fence(lock, fence, &skip, &adopt, adopt.len()).await;
-                }
-            }
             return Ok(Round::Granted(lock.granted(fence, prior + 1, deadline)));
         }
         undo(verdict_tx);
