@@ -2,7 +2,8 @@
 # Where the time goes in one acquire + release (bench/README.md): server-side cost per script from
 # INFO commandstats, the bare round trip (PING) from redis-benchmark, and the Rust client's
 # instructions per pair from valgrind --tool=callgrind (repeatable on a noisy machine: the
-# difference between a 1500-pair and a 500-pair run, divided by 1000).
+# difference between a 1500-pair and a 500-pair run, divided by 1000), and the server's instructions
+# per pair for ferrolock's scripts against a bare SET NX PX + compare-and-delete (bench/py/server_cost.py).
 # Usage: bash bench/profile.sh   (after bench/run.sh has built the driver and the venv)
 # Prints Markdown on stdout.
 set -euo pipefail
@@ -104,4 +105,12 @@ PY
     echo "| $api | $per | $top |"
     unset ir
   done
+  if [ -x "$PY" ]; then
+    echo
+    echo "### Server instructions per acquire+release pair (callgrind around redis-server, pipelined)"
+    echo
+    echo "| protocol | server instructions per pair | × the bare lock |"
+    echo "|---|---:|---:|"
+    "$PY" bench/py/server_cost.py core/scripts
+  fi
 fi
