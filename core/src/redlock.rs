@@ -38,6 +38,13 @@ use crate::options::ClientOptions;
 use crate::watchdog::{Due, Outcome};
 use crate::{scripts, timing};
 
+/// Redlock connections have no driver-level response timeout: every request is bounded where it
+/// is sent (rounds by the per-master timeout, unsubscribes by the sweep's bound), and the stall
+/// probe's PING must stay outstanding until the master answers it. A timed-out PING would still
+/// be queued on the connection, and the next probe would queue another one behind it: a master
+/// stopped for an hour would run some 1,800 PINGs on resume (see `Node::stall`).
+const NO_RESPONSE_TIMEOUT: Option<Duration> = None;
+
 /// How many requests to one master may be past their round's decision, unanswered, before the
 /// master gets no new work (per client). Healthy masters answer stragglers within microseconds.
 const LATE_LIMIT: isize = 2;
@@ -426,18 +433,12 @@ impl Quorum {
         quorum: usize,
         opts: Arc<ClientOptions>,
     ) -> Result<Arc<Quorum>> {
-        // No driver-level response timeout: every request is bounded where it is sent (rounds by
-        // the per-master timeout, unsubscribes by the sweep's bound), and the stall probe's PING
-        // must stay outstanding until the master answers it. A timed-out PING would still be
-        // queued on the connection, and the next probe would queue another one behind it: a
-        // master stopped for an hour would run some 1,800 PINGs on resume (see `Node::stall`).
-        let response_timeout = None;
         let mut tasks = Vec::new();
         for t in targets {
             let opts = opts.clone();
             tasks.push(tokio::spawn(async move {
                 let notifier = Arc::new(Notifier::default());
-                let conn = t.manager(&opts, response_timeout, &notifier).await;
+                let conn = t.manager(&opts, NO_RESPONSE_TIMEOUT, &notifier).await;
                 (t, notifier, conn)
             }));
         }
@@ -480,7 +481,7 @@ impl Quorum {
             ));
         }
         for (node, target) in pending {
-            tokio::spawn(reconnect(Arc::downgrade(&node), target, opts.clone(), response_timeout));
+            tokio::spawn(reconnect(Arc::downgrade(&node), target, opts.clone()));
         }
         Ok(Arc::new(Quorum { nodes, quorum, opts }))
     }
@@ -1341,17 +1342,12 @@ fn start_node(node: &Arc<Node>, conn: ConnectionManager, opts: &Arc<ClientOption
 }
 
 /// Keep trying a master that could not be reached at connect time.
-async fn reconnect(
-    node: Weak<Node>,
-    target: Target,
-    opts: Arc<ClientOptions>,
-    response_timeout: Option<Duration>,
-) {
+async fn reconnect(node: Weak<Node>, target: Target, opts: Arc<ClientOptions>) {
     let mut pause = Duration::from_millis(100);
     loop {
         tokio::time::sleep(pause).await;
         let Some(n) = node.upgrade() else { return };
-        if let Ok(conn) = target.manager(&opts, response_timeout, &n.notifier).await {
+        if let Ok(conn) = target.manager(&opts, NO_RESPONSE_TIMEOUT, &n.notifier).await {
             start_node(&n, conn, &opts);
             tracing::info!(master = %n.addr, "ferrolock: redlock master connected");
             return;
