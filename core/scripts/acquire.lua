@@ -32,7 +32,7 @@ if owner then
   if KEYS[4] then
     -- Queued until the caller would have tried again (it wakes at the holder's pttl at the
     -- latest, or after 1 s for a hold without expiry) plus 2 s of slack, or its own deadline.
-    if redis.replicate_commands then
+    if redis.replicate_commands and not redis.REDIS_VERSION_NUM then
       pcall(redis.replicate_commands)
     end
     local now = redis.call('TIME')
@@ -56,18 +56,21 @@ end
 
 -- A new grant: fence = max(last + 1, server TIME in microseconds[, the Redlock floor]).
 -- Lua numbers are doubles, exact for integers below 2^53; the value is written with '%d',
--- never with Lua's default '%.14g' number-to-string conversion.
+-- never with Lua's default '%.14g' number-to-string conversion. This path runs on every grant,
+-- so it lets arithmetic convert the strings (one strtod; tonumber() runs two) and passes the
+-- count as text (a number argument is formatted with '%.14g'): bench/README, "script cost".
 local fence = 1
 local last = redis.call('GET', KEYS[2])
 if last then
-  fence = tonumber(last) + 1
+  fence = last + 1
 end
-if redis.replicate_commands then
+-- Redis 7 (which defines REDIS_VERSION_NUM) replicates effects only; older servers need the call.
+if redis.replicate_commands and not redis.REDIS_VERSION_NUM then
   pcall(redis.replicate_commands)
 end
 local ok, now = pcall(redis.call, 'TIME')
 if ok then
-  local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local micros = now[1] * 1000000 + now[2]
   if micros > fence then
     fence = micros
   end
@@ -81,6 +84,6 @@ if fence >= 9007199254740992 then
 end
 fence = string.format('%d', fence)
 redis.call('SET', KEYS[2], fence, 'PX', ARGV[3])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', '1', 'fence', fence)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, fence, 1}

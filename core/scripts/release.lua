@@ -25,7 +25,7 @@ end
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
   return -1
 end
-local count = tonumber(ARGV[3])
+local count = ARGV[3] == '0' and 0 or tonumber(ARGV[3]) -- '0' (a full release) is the common case
 if count > 0 and ARGV[4] and ARGV[4] ~= '' and tonumber(redis.call('HGET', KEYS[1], 'fence')) ~= tonumber(ARGV[4]) then
   count = 0
 end
@@ -36,7 +36,7 @@ end
 redis.call('DEL', KEYS[1])
 local message = KEYS[1]
 if KEYS[4] then
-  if redis.replicate_commands then
+  if redis.replicate_commands and not redis.REDIS_VERSION_NUM then
     pcall(redis.replicate_commands)
   end
   local now = redis.call('TIME')
