@@ -521,29 +521,38 @@ impl Target {
                 Ok::<(), ()>(())
             })
             .set_automatic_resubscription();
-        ConnectionManager::new_with_config(self.client.clone(), config).await.map_err(|e| {
-            let err = Error::from_redis(&e, &|s| redact_with(&self.secrets, s));
-            // The two ways a TLS/plain-text mix-up shows: a TLS client hello that a plain-text
-            // server reads as an unfinished command (no reply), and a plain-text command that a
-            // TLS server answers by closing the connection.
-            // The hint names the scheme of the kind of URL the user gave (`self.schemes`).
-            let hint = match (self.tls, err.kind()) {
-                (true, ErrorKind::Timeout) => format!(
-                    " (no TLS handshake reply: is this a plain-text port? (use {}))",
-                    self.schemes.plain
-                ),
-                (false, ErrorKind::Connection) if e.is_connection_dropped() || e.is_unrecoverable_error() => {
-                    format!(
-                        " (the server closed the connection: if it expects TLS, use {})",
-                        self.schemes.tls
-                    )
-                }
-                _ => String::new(),
-            };
-            // Say which server: with several (Redlock, a list of seeds) the message is useless
-            // otherwise. `addr` is host:port/db, never the credentials.
-            Error::new(err.kind(), format!("{}: {}{hint}", self.addr, err.message()))
-        })
+        ConnectionManager::new_with_config(self.client.clone(), config)
+            .await
+            .map_err(|e| self.connect_error(&e))
+    }
+
+    /// A failed connection to this server, named by its address (never the credentials: with
+    /// several servers, Redlock or a list of seeds, the message is useless otherwise) and with a
+    /// hint when it looks like a TLS/plain-text mix-up. The two ways a mix-up shows: a TLS client
+    /// hello that a plain-text server reads as an unfinished command (no reply), and a
+    /// plain-text command that a TLS server answers by closing the connection. The hint names
+    /// the scheme of the kind of URL the user gave (`self.schemes`).
+    fn connect_error(&self, e: &redis::RedisError) -> Error {
+        let err = Error::from_redis(e, &|s| redact_with(&self.secrets, s));
+        let hint = self.mixup_hint(e, err.kind()).unwrap_or_default();
+        Error::new(err.kind(), format!("{}: {}{hint}", self.addr, err.message()))
+    }
+
+    /// The TLS/plain-text mix-up hint for a failed connection (see [`Self::connect_error`]).
+    pub fn mixup_hint(&self, e: &redis::RedisError, kind: ErrorKind) -> Option<String> {
+        match (self.tls, kind) {
+            (true, ErrorKind::Timeout) => Some(format!(
+                " (no TLS handshake reply: is this a plain-text port? (use {}))",
+                self.schemes.plain
+            )),
+            (false, ErrorKind::Connection) if e.is_connection_dropped() || e.is_unrecoverable_error() => {
+                Some(format!(
+                    " (the server closed the connection: if it expects TLS, use {})",
+                    self.schemes.tls
+                ))
+            }
+            _ => None,
+        }
     }
 }
 

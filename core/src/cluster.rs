@@ -24,6 +24,7 @@ use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisResult, Value};
 
+use crate::client::{Schemes, Target};
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::Notifier;
 use crate::options::ClientOptions;
@@ -134,24 +135,40 @@ impl ClusterConfig {
     }
 
     /// The error for a failed first connection. redis reports a failure to reach every seed as
-    /// an I/O error carrying only the text of the last cause, which hides a refused TLS handshake
-    /// (wrong CA, wrong host name): with TLS, ask each seed once more on its own connection,
-    /// whose error keeps its cause, and report a TLS refusal as such.
+    /// an I/O error carrying only the text of the last cause, which hides both a refused TLS
+    /// handshake (wrong CA, wrong host name) and a TLS/plain-text mix-up (`rediss+cluster://` to
+    /// plain-text ports, or the reverse). Ask each seed once more on its own connection, whose
+    /// error keeps its cause: a TLS refusal is reported as such, a mix-up with the hint a
+    /// `rediss://` URL gets, naming the cluster schemes.
     async fn connect_error(&self, e: &redis::RedisError, opts: &ClientOptions) -> Error {
         let redact = |s| crate::client::redact_secrets(&self.secrets, s);
         let err = Error::from_redis(e, &redact);
-        if !self.tls || err.kind() == ErrorKind::Tls {
+        if err.kind() == ErrorKind::Tls {
             return err;
         }
+        let schemes = Schemes { plain: SCHEME, tls: TLS_SCHEME };
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(opts.connect_timeout))
+            .set_response_timeout(Some(opts.connect_timeout));
+        // All seeds at once: the whole probe takes at most one connect timeout.
+        let mut probes = tokio::task::JoinSet::new();
         for seed in &self.seeds {
-            let Ok(target) = crate::client::Target::from_info(seed.clone(), &opts.tls) else { continue };
-            let probe = target.client.get_multiplexed_async_connection();
-            if let Ok(Err(e)) = tokio::time::timeout(opts.connect_timeout, probe).await {
-                let probed = Error::from_redis(&e, &redact);
-                if probed.kind() == ErrorKind::Tls {
-                    let addr = seed.addr().to_string();
-                    return Error::new(ErrorKind::Tls, format!("cluster seed {addr}: {}", probed.message()));
-                }
+            let Ok(target) = Target::from_info(seed.clone(), &opts.tls) else { continue };
+            let (target, config, addr) =
+                (target.with_schemes(schemes), config.clone(), seed.addr().to_string());
+            probes.spawn(async move {
+                let e = target.client.get_multiplexed_async_connection_with_config(&config).await.err()?;
+                let probed = Error::from_redis(&e, &|s| crate::client::redact_secrets(&target.secrets, s));
+                let hint = target.mixup_hint(&e, probed.kind());
+                (probed.kind() == ErrorKind::Tls || hint.is_some()).then(|| {
+                    let hint = hint.unwrap_or_default();
+                    Error::new(probed.kind(), format!("cluster seed {addr}: {}{hint}", probed.message()))
+                })
+            });
+        }
+        while let Some(probed) = probes.join_next().await {
+            if let Ok(Some(e)) = probed {
+                return e;
             }
         }
         err

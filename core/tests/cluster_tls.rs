@@ -3,7 +3,8 @@
 //! TLS ports) and announces its nodes as `localhost`, the only name the test certificates carry.
 //! Locks on every master and a waiter woken by a release, all over verified TLS; a wrong CA and
 //! a wrong host name fail promptly as `Tls`; TLS options with a plain `redis+cluster://` URL are
-//! refused. Each refusal has its control: the same cluster accepts the right settings.
+//! refused; a TLS/plain-text mix-up gets a hint naming the cluster scheme to use. Each refusal
+//! has its control: the same cluster accepts the right settings.
 #![cfg(feature = "cluster")]
 
 use std::collections::BTreeSet;
@@ -58,6 +59,20 @@ async fn rediss_cluster_is_verified_tls_to_every_node() {
     let e = Client::connect(&plain, opts(trusting(&certs.ca_crt))).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
     assert!(e.message().contains("rediss+cluster://"), "no hint in: {e}");
+
+    // A TLS/plain-text mix-up: the cluster client's own error says only that no seed could be
+    // reached; the hint names the cluster scheme to use, like a `rediss://` URL's.
+    let tls_to_plain = format!("rediss+cluster://localhost:{}", cluster.nodes[0].port());
+    let t = Instant::now();
+    let e = Client::connect(&tls_to_plain, opts(trusting(&certs.ca_crt))).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.message().contains("plain-text port? (use redis+cluster://)"), "no hint in: {e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "TLS to a plain-text port took {:?}", t.elapsed());
+    let t = Instant::now();
+    let e = Client::connect(&plain, opts(TlsOptions::default())).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
+    assert!(e.message().contains("if it expects TLS, use rediss+cluster://"), "no hint in: {e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "plain text to a TLS port took {:?}", t.elapsed());
 
     // The control: right CA, with a client certificate (mutual TLS).
     let tls = trusting(&certs.ca_crt).with_client_cert_files(&certs.client_crt, &certs.client_key).unwrap();
