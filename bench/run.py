@@ -338,45 +338,63 @@ class Run:
     # ---------------- W1
     def w1(self, server, tgts):
         n, warmup, reps = (1000, 100, 3) if self.quick else (5000, 500, 3)
-        for tg in tgts:
-            for cfg in tg.configs:
-                api = []
-                if tg.driver == "rust":
-                    api = ["--api", "blocking" if tg.lib == "ferrolock-blocking" else "async"]
-                extra = ["--n", str(n), "--warmup", str(warmup), "--reps", str(reps), *api]
-                line = self.base("W1", tg, cfg, W1_CPU)
-                out, err = self.drive(tg.cmd("w1", cfg, server.url, extra), W1_CPU, 300)
-                if out is None:
-                    line["error"] = err
-                    self.emit(line)
+        runs = [(tg, cfg) for tg in tgts for cfg in tg.configs]
+
+        def extra(tg, pairs, warm):
+            api = []
+            if tg.driver == "rust":
+                api = ["--api", "blocking" if tg.lib == "ferrolock-blocking" else "async"]
+            return ["--n", str(pairs), "--warmup", str(warm), "--reps", "1", *api]
+
+        # Repetitions are interleaved: round k runs every library once (each with its own
+        # warm-up), so a slow minute on this shared machine lands on one repetition of every
+        # library, not on all repetitions of one; the median then drops it for everyone alike.
+        outs = {i: [] for i in range(len(runs))}
+        errs = {}
+        for k in range(reps):
+            log(f"W1 round {k + 1}/{reps} ({len(runs) - len(errs)} libraries)")
+            for i, (tg, cfg) in enumerate(runs):
+                if i in errs:
                     continue
-                self.fill(line, out)
-                # Census: the same driver, a few pairs, under MONITOR (kept out of the timed run).
-                cen_n = 200
-                mon = Monitor(server, W2_CPU)
-                cextra = ["--n", str(cen_n), "--warmup", "0", "--reps", "1", *api]
-                cout, cerr = self.drive(tg.cmd("w1", cfg, server.url, cextra), W1_CPU, 120)
-                counts = mon.stop()
-                rates = [n / (r["wall_ns"] / 1e9) for r in out["reps"]]
-                med = sorted(range(len(rates)), key=lambda i: rates[i])[len(rates) // 2]
-                r = out["reps"][med]
-                pairs = n * len(out["reps"])
-                acq = [x / 1e3 for x in r["acq_ns"]]
-                rel = [x / 1e3 for x in r["rel_ns"]]
-                line.update({
-                    "ok": True,
-                    "ops_per_s": round(rates[med], 1),
-                    "acquire_us": lat(acq), "release_us": lat(rel),
-                    "pair_us": lat([a + b for a, b in zip(acq, rel)]),
-                    "client_cmds_per_op": round(sum(counts.values()) / cen_n, 3) if cout else None,
-                    "client_cmds_census": counts if cout else {"error": cerr},
-                    "redis_cmds_per_op": round(out["counters"]["total_cmds"] / pairs, 3),
-                    "client_cpu_us_per_op": round(sum(x["cpu_ns"] for x in out["reps"]) / pairs / 1e3, 2),
-                    "client_ctx_switches_per_op": (round(sum(x["ctx_switches"] for x in out["reps"]) / pairs, 2)
-                                                   if all("ctx_switches" in x for x in out["reps"]) else None),
-                    "reps_ops_per_s": [round(x, 1) for x in rates],
-                })
+                out, err = self.drive(tg.cmd("w1", cfg, server.url, extra(tg, n, warmup)), W1_CPU, 300)
+                if out is None:
+                    errs[i] = err
+                else:
+                    outs[i].append(out)
+        for i, (tg, cfg) in enumerate(runs):
+            line = self.base("W1", tg, cfg, W1_CPU)
+            if i in errs:
+                line["error"] = errs[i]
                 self.emit(line)
+                continue
+            self.fill(line, outs[i][0])
+            line["params"] = {**line.get("params", {}), "reps": reps, "interleaved": True}
+            # Census: the same driver, a few pairs, under MONITOR (kept out of the timed run).
+            cen_n = 200
+            mon = Monitor(server, W2_CPU)
+            cout, cerr = self.drive(tg.cmd("w1", cfg, server.url, extra(tg, cen_n, 0)), W1_CPU, 120)
+            counts = mon.stop()
+            runs_reps = [o["reps"][0] for o in outs[i]]
+            rates = [n / (r["wall_ns"] / 1e9) for r in runs_reps]
+            med = sorted(range(len(rates)), key=lambda j: rates[j])[len(rates) // 2]
+            r = runs_reps[med]
+            pairs = n * len(runs_reps)
+            acq = [x / 1e3 for x in r["acq_ns"]]
+            rel = [x / 1e3 for x in r["rel_ns"]]
+            line.update({
+                "ok": True,
+                "ops_per_s": round(rates[med], 1),
+                "acquire_us": lat(acq), "release_us": lat(rel),
+                "pair_us": lat([a + b for a, b in zip(acq, rel)]),
+                "client_cmds_per_op": round(sum(counts.values()) / cen_n, 3) if cout else None,
+                "client_cmds_census": counts if cout else {"error": cerr},
+                "redis_cmds_per_op": round(sum(o["counters"]["total_cmds"] for o in outs[i]) / pairs, 3),
+                "client_cpu_us_per_op": round(sum(x["cpu_ns"] for x in runs_reps) / pairs / 1e3, 2),
+                "client_ctx_switches_per_op": (round(sum(x["ctx_switches"] for x in runs_reps) / pairs, 2)
+                                               if all("ctx_switches" in x for x in runs_reps) else None),
+                "reps_ops_per_s": [round(x, 1) for x in rates],
+            })
+            self.emit(line)
 
     # ---------------- W2
     def w2(self, server, tgts):
@@ -605,7 +623,9 @@ def summary(run: Run, floor):
                        f"{floor['pair_floor_mean_us_c1']} µs → **{fmt(floor['pair_floor_mean_ops_per_s_c1'])} pairs/s**, "
                        f"the same kind of number as the W1 pairs/s (also means).")
         out.append("")
-    out.append("## W1 uncontended (pairs/s, median of 3 repetitions)")
+    interleaved = bool(w1) and all(x.get("params", {}).get("interleaved") for x in w1)
+    out.append("## W1 uncontended (pairs/s, median of 3 repetitions"
+               + (", interleaved: round k runs every library once)" if interleaved else ")"))
     out.append("")
     out.append("| library | lang | config | pairs/s | × floor | pair p50 / p99 µs | client cmds/op | server cmds/op | "
                "client CPU µs/op | client context switches/op | reps pairs/s |")
