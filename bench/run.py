@@ -351,8 +351,13 @@ class Run:
         # library, not on all repetitions of one; the median then drops it for everyone alike.
         outs = {i: [] for i in range(len(runs))}
         errs = {}
+        floors = []  # the W4 floor, sampled again in every round: the same minutes as the libraries
+        sha = server.cli("SCRIPT", "LOAD", CAD)
         for k in range(reps):
             log(f"W1 round {k + 1}/{reps} ({len(runs) - len(errs)} libraries)")
+            sample = self.floor_sample(server, sha, 5000 if self.quick else 20000)
+            if sample:
+                floors.append(sample)
             for i, (tg, cfg) in enumerate(runs):
                 if i in errs:
                     continue
@@ -393,8 +398,22 @@ class Run:
                 "client_ctx_switches_per_op": (round(sum(x["ctx_switches"] for x in runs_reps) / pairs, 2)
                                                if all("ctx_switches" in x for x in runs_reps) else None),
                 "reps_ops_per_s": [round(x, 1) for x in rates],
+                "floor_rounds_ops_per_s": floors if len(floors) == reps else None,
             })
             self.emit(line)
+
+    def floor_sample(self, server, sha, n):
+        """W4's mean pair floor (-c 1, client on the server's core) from `n` requests of each
+        command: pairs/s, or None when redis-benchmark's output is not understood."""
+        mean_us = 0.0
+        for cmd in (["SET", "bench:w4:k", "v", "NX", "PX", "10000"], ["EVALSHA", sha, "1", "bench:w4:k", "v"]):
+            r = subprocess.run(["taskset", "-c", SERVER_CPU, "redis-benchmark", "-p", str(server.port), "-n", str(n),
+                                "-c", "1", "-P", "1", "--csv", *cmd], capture_output=True, text=True, timeout=300)
+            row = parse_rb_csv(r.stdout)
+            if row is None:
+                return None
+            mean_us += 1e6 / row["rps"]
+        return round(1e6 / mean_us, 1)
 
     # ---------------- W2
     def w2(self, server, tgts):
@@ -588,8 +607,19 @@ def fmt(x, nd=0):
 
 
 def floor_rate(floor):
-    """Pairs/s of the W4 floor the ratios use: the mean floor (older result files: the p50 one)."""
+    """Pairs/s of the W4 floor the ratios use: the median of the samples taken in the W1 rounds
+    (older result files: W4's mean floor, or its p50 one)."""
+    rounds = floor.get("w1_rounds_ops_per_s")
+    if rounds:
+        return sorted(rounds)[len(rounds) // 2]
     return floor.get("pair_floor_mean_ops_per_s_c1") or floor["pair_floor_ops_per_s_c1"]
+
+
+def with_w1_rounds(floor, lines):
+    """W4's floor, plus the floor samples of the W1 rounds when the run took them."""
+    rounds = next((x.get("floor_rounds_ops_per_s") for x in lines
+                   if x["workload"] == "W1" and x["ok"] and x.get("floor_rounds_ops_per_s")), None)
+    return {**floor, "w1_rounds_ops_per_s": rounds} if floor and rounds else floor
 
 
 def summary(run: Run, floor):
@@ -622,6 +652,11 @@ def summary(run: Run, floor):
                        f"no pipelining 1 / rps is the exact mean round trip, SET + EVALSHA = "
                        f"{floor['pair_floor_mean_us_c1']} µs → **{fmt(floor['pair_floor_mean_ops_per_s_c1'])} pairs/s**, "
                        f"the same kind of number as the W1 pairs/s (also means).")
+        if floor.get("w1_rounds_ops_per_s"):
+            out.append(f"The same mean floor was sampled again at the start of each W1 round ("
+                       f"{', '.join(fmt(x) for x in floor['w1_rounds_ops_per_s'])} pairs/s); the × floor ratios use "
+                       f"their median, **{fmt(floor_rate(floor))} pairs/s**, measured in the same minutes as the "
+                       f"libraries.")
         out.append("")
     interleaved = bool(w1) and all(x.get("params", {}).get("interleaved") for x in w1)
     out.append("## W1 uncontended (pairs/s, median of 3 repetitions"
@@ -888,7 +923,7 @@ def charts(run: Run, floor):
         colors = ["#c0392b" if not is_peer(x) else "#7f8c8d" for x in w1]
         ax.barh(labels, [x["ops_per_s"] for x in w1], color=colors)
         if floor:
-            ax.axvline(floor_rate(floor), color="black", linestyle="--", label="W4 floor (-c 1, mean)")
+            ax.axvline(floor_rate(floor), color="black", linestyle="--", label="floor (-c 1, mean)")
             ax.legend(loc="lower right")
         ax.set_xlabel("acquire+release pairs per second (W1, median of 3)")
         ax.set_title(f"W1 uncontended — {run.tag}")
@@ -1008,6 +1043,7 @@ def main():
 
 
 def finish(run, floor):
+    floor = with_w1_rounds(floor, run.lines)
     run.charts = []
     try:
         run.charts = charts(run, floor)
