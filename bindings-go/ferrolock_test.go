@@ -231,6 +231,29 @@ func TestExpireExtendAndTimeout(t *testing.T) {
 	}
 }
 
+// A wait bounded by ctx's deadline ends with an error that wraps context.DeadlineExceeded every
+// time. The core's own wait (the time left, rounded up) can end before Go's timer marks ctx
+// done, which gave a plain ACQUIRE_TIMEOUT: CI caught it in TestExpireExtendAndTimeout. With one
+// P, 300 short waits caught it in 5 runs of 5 (after 77 to 237 waits) before the fix.
+func TestAcquireDeadlineAlwaysWrapsTheContextError(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	a := newLock(t, c, "deadline", lease(10*time.Second))
+	b := newLock(t, c, "deadline", lease(10*time.Second))
+	h := acquire(t, a, time.Second)
+	defer release(t, h)
+	// One P: Go's timers then run only when the scheduler gets to them, as on a loaded machine.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for i := 0; i < 300; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		_, err := b.Acquire(ctx)
+		cancel()
+		if !errors.Is(err, ferrolock.ErrAcquireTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("wait %d: %v", i, err)
+		}
+	}
+}
+
 func TestLostLockChannelAndContext(t *testing.T) {
 	url := startRedis(t)
 	c := connect(t, url, nil)

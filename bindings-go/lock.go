@@ -69,7 +69,8 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 		return nil, contextError(ctx, ErrAcquireTimeout)
 	}
 	wait := C.int64_t(-1)
-	if dl, ok := ctx.Deadline(); ok {
+	dl, bounded := ctx.Deadline()
+	if bounded {
 		wait = C.int64_t(millis(time.Until(dl)))
 	}
 	var cerr *C.ferrolock_error
@@ -97,6 +98,14 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 	stop()
 	runtime.KeepAlive(l)
 	if err := check(rc, cerr); err != nil {
+		if bounded && errors.Is(err, ErrAcquireTimeout) {
+			// The core's wait was the time left to ctx's deadline, rounded up to the
+			// millisecond, and the core times out only once its monotonic clock has passed
+			// it: the deadline is behind us even when Go's timer has not yet marked ctx done
+			// (a loaded machine delays it). Wait for that mark, so the error always wraps
+			// context.DeadlineExceeded, as one from ctx itself would.
+			<-ctx.Done()
+		}
 		if ctx.Err() != nil && (errors.Is(err, ErrAcquireTimeout) || errors.Is(err, ErrCancelled)) {
 			return nil, contextError(ctx, ErrAcquireTimeout)
 		}
