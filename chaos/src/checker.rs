@@ -459,8 +459,8 @@ type Certain<'a> = (u64, u64, &'a Obs);
 /// Renewals after release, from MONITOR lines (`{"node", "t_mono_ns", "args"}`, the script shapes
 /// of docs/PROTOCOL.md): an extend on a master that saw this token's count-0 release since the
 /// token's last acquire, once a quorum of masters saw one (the client released the hold). A
-/// count-0 undo on a minority while the hold lives on elsewhere (a re-entry's fresh hold deleted,
-/// docs/REDLOCK.md) is not a release: the watchdog still renews the hold on every master, and
+/// count-0 script on a minority alone (a grant undone on those masters) is not the hold's
+/// release: while the hold lives on a quorum the watchdog still renews it on every master, and
 /// extend.lua changes nothing where it is gone. Returns the count and the first few.
 fn renewals_after_release(monitor: impl IntoIterator<Item = Value>, quorum: u64) -> (u64, Vec<Value>) {
     let mut released: HashMap<(String, String), HashSet<u64>> = HashMap::new();
@@ -1214,7 +1214,7 @@ mod tests {
         let release = |n| line(n, &["EVAL", "src", "1", "k", "T", "k:released", "0"]);
         let extend = |n| line(n, &["EVALSHA", "e", "1", "k", "T", "1000"]);
         let pexpire = |n| line(n, &["PEXPIRE", "k", "0"]);
-        // A re-entry's fresh hold deleted on masters 0 and 1; the hold lives on: renewals are fine.
+        // Count-0 scripts on masters 0 and 1 only; the hold lives on: renewals are fine.
         let mut m: Vec<Value> = (0..5).map(acquire).collect();
         m.extend([release(0), release(1), pexpire(2)]);
         m.extend((0..5).map(extend));
