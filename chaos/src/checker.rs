@@ -487,8 +487,9 @@ fn renewals_after_release(monitor: impl IntoIterator<Item = Value>, quorum: u64)
             released.get(&token).is_some_and(|nodes| nodes.contains(&node) && nodes.len() as u64 >= quorum)
         };
         match (nkeys, argv.len()) {
-            // acquire.lua: ARGV[5] (fair mode, with 4 keys) and ARGV[6] (Redlock floor) optional
-            (2, 4..=6) | (4, 5) => {
+            // acquire.lua: ARGV[5] (fair mode, with 4 keys), ARGV[6] (Redlock floor) and ARGV[7]
+            // (Redlock re-entry) optional
+            (2, 4..=7) | (4, 5) => {
                 released.remove(&token);
             }
             (1, 3) | (1, 4) | (1, 5) if argv[2] == "0" => {

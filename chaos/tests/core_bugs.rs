@@ -245,10 +245,10 @@ fn b_core_redlock_ghost_hold_after_release_straggler_lost_to_noscript() {
 /// renewing 2 s lease on masters 0–2. Masters 1 and 2 stop; a re-entry round gets only master 0
 /// and fails, so it is undone to depth 1, on 1 and 2 behind their acquire of unknown outcome.
 /// Master 1 resumes at once (re-entry to 2, undo to 1); the watchdog keeps the hold on {0, 1}.
-/// Master 2 stays stopped past its lease: its queued acquire finds the key gone and grants a
-/// *fresh* hold (its own fence), which the fence-less undo "to depth 1" keeps. That hold is this
-/// owner's at the handle's depth, and the handle's release deletes it. Returns master 2's hold
-/// after it resumed.
+/// Master 2 stays stopped past its lease: its queued re-entry finds the key gone and makes
+/// nothing (before acquire.lua's `reenter` flag it granted a *fresh* hold there, its own fence,
+/// which the fence-less undo "to depth 1" kept and the handle's release deleted). Returns master
+/// 2's hold after it resumed.
 fn redlock_reentry_undone_on_a_master_stopped_past_the_lease(fault: bool) -> Option<(String, u32, u64)> {
     let servers = ferrolock_testkit::start_many(3);
     let c = redlock_client(&servers);

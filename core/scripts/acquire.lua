@@ -14,9 +14,13 @@
 -- ARGV[6]  fence floor in microseconds, the same for every master of one round: a fresh grant
 --          takes it when it is above the fencing rule's value and at most 60 s ahead of this
 --          server's TIME, so that a quorum grants one and the same fence (no write-back round)
+-- ARGV[7]  optional: 'reenter' for a Redlock re-entry round: where the caller's hold is gone (the
+--          key is free), make nothing and reply {3}, so that a round that is undone leaves no
+--          fresh hold behind that a later re-entry would count as one that survived
 -- Returns {1, fence, count}  granted (fresh hold or re-entry by the same owner)
 --         {0, pttl}          held by another owner (pttl = -1: the hold has no expiry)
 --         {2, count}         re-entry refused: the depth limit is reached; nothing changed
+--         {3}                ARGV[7] = 'reenter' and the key is free: nothing changed
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner == ARGV[1] then
   local count = tonumber(redis.call('HGET', KEYS[1], 'count'))
@@ -49,6 +53,9 @@ if owner then
     end
   end
   return {0, pttl}
+end
+if ARGV[7] == 'reenter' then
+  return {3}
 end
 if KEYS[4] and redis.call('HDEL', KEYS[4], ARGV[1]) == 1 then
   redis.call('LREM', KEYS[3], 0, ARGV[1]) -- granted while free: out of the queue

@@ -409,15 +409,16 @@ enum Verdict {
 }
 
 enum AcqReply {
-    /// `count` is this owner's depth on that master after the script: 1 for a fresh hold.
+    /// A fresh hold, or (in a re-entry round) the handle's hold one deeper.
     Granted {
         fence: u64,
-        count: i64,
     },
     Held {
         pttl: i64,
     },
     Limit,
+    /// A re-entry round found the key free there (the hold is gone) and made nothing.
+    Gone,
 }
 
 /// N masters and the quorum rules (per client).
@@ -564,6 +565,9 @@ impl Quorum {
             ));
         }
         let current = if prior > 0 { lock.current() } else { None };
+        // A re-entry counts only masters that still have the hold; where it is gone the script
+        // makes nothing (`reenter`), so every grant in a re-entry round is a real re-entry.
+        let reentry = current.is_some();
         let n = self.n();
         let (verdict_tx, verdict_rx) = watch::channel(Verdict::Pending);
         let (tx, mut rx) = mpsc::unbounded_channel::<(usize, Reply<AcqReply>)>();
@@ -595,6 +599,11 @@ impl Quorum {
                 .arg(max)
                 .arg("") // ARGV[5]: fair mode only
                 .arg(&floor);
+            if reentry {
+                // ARGV[7]: where the hold is gone, make nothing (no fresh hold that an undone
+                // round would leave behind for a later re-entry to count).
+                inv.arg("reenter");
+            }
             let task = AcquireTask {
                 i,
                 node: node.clone(),
@@ -616,10 +625,7 @@ impl Quorum {
 
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let (mut held, mut failed, mut limit) = (0usize, 0usize, 0usize);
-        // A re-entry counts only masters that still had the hold (depth ≥ 2 after the script);
-        // a fresh hold (depth 1) there means that master had lost it.
-        let reentry = current.is_some();
-        let (mut reentered, mut fresh) = (0usize, 0usize);
+        let mut gone = 0usize;
         let mut pttl: Option<u64> = None;
         let mut replied = vec![false; n];
         let mut first_err: Option<Error> = None;
@@ -629,14 +635,8 @@ impl Quorum {
             got += 1;
             replied[i] = true;
             match reply {
-                Reply::Ok(AcqReply::Granted { fence, count }) => {
-                    granted.push((i, fence));
-                    if count >= 2 {
-                        reentered += 1;
-                    } else {
-                        fresh += 1;
-                    }
-                }
+                Reply::Ok(AcqReply::Granted { fence }) => granted.push((i, fence)),
+                Reply::Ok(AcqReply::Gone) => gone += 1,
                 Reply::Ok(AcqReply::Held { pttl: p }) => {
                     held += 1;
                     if let Ok(p) = u64::try_from(p) {
@@ -652,8 +652,7 @@ impl Quorum {
                 }
                 Reply::Skipped => failed += 1,
             }
-            let (wins, gone) = if reentry { (reentered, fresh) } else { (granted.len(), 0) };
-            if wins >= self.quorum || n - held - failed - limit - gone < self.quorum {
+            if granted.len() >= self.quorum || n - held - failed - limit - gone < self.quorum {
                 break;
             }
         }
@@ -669,16 +668,17 @@ impl Quorum {
             let _ = verdict_tx.send(Verdict::Undo(prior));
         };
         if let Some(h) = &current
-            && reentered < self.quorum
-            && fresh + held > n - self.quorum
+            && granted.len() < self.quorum
+            && gone + held > n - self.quorum
         {
             // Certainly lost: more than N - quorum masters no longer had this hold (the key
-            // was gone, or another owner holds it). Never rebuild it from fresh votes under the
-            // old fence: clear this owner's holds everywhere, report the loss, start afresh.
+            // was gone, or another owner holds it): clear this owner's holds everywhere, report
+            // the loss, start afresh.
             lock.give_up(
                 h,
                 &format!(
-                    "a re-entry found the hold on only {reentered} of {n} masters (quorum {})",
+                    "a re-entry found the hold on only {} of {n} masters (quorum {})",
+                    granted.len(),
                     self.quorum
                 ),
             );
@@ -686,7 +686,7 @@ impl Quorum {
             self.settle_lanes(lock, &answered).await;
             return Ok(Round::Superseded);
         }
-        if granted.len() >= self.quorum && (!reentry || reentered >= self.quorum) {
+        if granted.len() >= self.quorum {
             let top = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
             let fence = match &current {
                 Some(h) => h.fence, // re-entry keeps the hold's token
@@ -1255,7 +1255,8 @@ impl AcquireTask {
         if !sent {
             lane.wait().await; // never sent; still keep the lane's order for whoever is next
         }
-        let surely_not_granted = matches!(reply, Reply::Ok(AcqReply::Held { .. } | AcqReply::Limit));
+        let surely_not_granted =
+            matches!(reply, Reply::Ok(AcqReply::Held { .. } | AcqReply::Limit | AcqReply::Gone));
         let _ = tx.send((i, reply));
         drop(tx);
         // The round's verdict; a dropped round (cancelled acquire) means undo.
@@ -1320,8 +1321,9 @@ fn parse_acquire(v: &Value) -> Reply<AcqReply> {
         let items = as_array(v)?;
         Ok(match int_at(items, 0)? {
             0 => AcqReply::Held { pttl: int_at(items, 1)? },
-            1 => AcqReply::Granted { fence: parse_num(items, 1)?, count: int_at(items, 2)? },
+            1 => AcqReply::Granted { fence: parse_num(items, 1)? },
             2 => AcqReply::Limit,
+            3 => AcqReply::Gone,
             _ => return Err(Error::new(ErrorKind::Protocol, "unknown acquire status")),
         })
     };

@@ -801,8 +801,8 @@ async fn a_release_that_finds_the_hold_gone_says_so() {
 // A re-entry must not rebuild a hold that lost its quorum (found by the chaos suite, w2-n1a:
 // masters restarted empty under a hold, and the holder's next re-entry counted the fresh holds
 // the acquire script made there as votes for the old fence, so LOST was never reported and
-// another client had meanwhile been granted the lock). Control: gone on 2 of 5, the re-entry
-// is a re-entry (same fence, depth 2).
+// another client had meanwhile been granted the lock; a re-entry round now makes nothing where
+// the hold is gone). Control: gone on 2 of 5, the re-entry is a re-entry (same fence, depth 2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
     let servers = start_many(5);
@@ -823,8 +823,8 @@ async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
         let _: () = s.cmd(&["DEL", "ferrolock:{rebuild}"]);
     }
     // Let the earlier rounds' stragglers land first: a master still marked late gets no new
-    // work, and a re-entry round without it cannot decide (the limitation of
-    // an_undecided_reentry_does_not_count_its_fresh_holds_later; a rare flake here under load).
+    // work, and a re-entry round without it cannot decide within a zero wait (a rare flake here
+    // under load).
     tokio::time::sleep(Duration::from_millis(100)).await;
     let again = lock.acquire(Some(Duration::ZERO)).await.unwrap();
     assert_eq!(g.state(), LockState::Lost, "the old hold had lost its quorum");
@@ -846,20 +846,17 @@ async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
 }
 
 // A re-entry that cannot decide (masters 1 and 2 had lost the hold, master 0 does not answer) is
-// undone. Masters 1 and 2 answered with fresh holds (depth 1) made by this very round, and the
-// undo puts them back at the old depth: a later re-entry finds them at depth 2 and must not count
-// them as masters that still had the hold (they carry their own fence, not the hold's). Here
-// master 3 then loses it too, so only 0 and 4 have it: the next re-entry must find it LOST (old
-// code: rebuilt from the two leftovers, same fence, depth 2).
+// undone. Where the hold was gone (1 and 2) the round's script must make nothing: a fresh hold
+// made there and put back at the old depth by the undo would look like a surviving hold to a
+// later re-entry. Here master 3 then loses it too, so only 0 and 4 have it: the next re-entry
+// must find it LOST. Before the re-entry rounds sent `reenter` (acquire.lua's ARGV[7]) this
+// failed: the hold was rebuilt from the two leftovers under the old fence, at depth 2.
 // Control: without that last loss the next re-entry is a plain one (0, 3, 4 still have it).
 // The masters' counters run 10 s ahead, each by a different amount, so that every grant is
 // written back (raise_fence.lua also records the round's fence in the hold): holds that got
 // the write-back must count (an earlier fix compared each master's granted fence and lost them).
-// Ignored: it fails on the current code, which is the limitation it documents; three fixes were
-// tried and reverted on 2026-11-25 (see docs/REDLOCK.md and issue 8's notes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "known limitation (docs/REDLOCK.md, Reentrancy): an undone re-entry's fresh holds count later"]
-async fn an_undecided_reentry_does_not_count_its_fresh_holds_later() {
+async fn an_undecided_reentry_leaves_no_fresh_hold_behind() {
     let servers = start_many(5);
     let client = redlock_with(&servers, calm()).await;
     let lock = client.lock("ghost", LockOptions::lease(Duration::from_secs(30))).unwrap();
@@ -886,7 +883,11 @@ async fn an_undecided_reentry_does_not_count_its_fresh_holds_later() {
         servers[0].pause();
         let undecided = lock.acquire(Some(Duration::ZERO)).await;
         servers[0].resume();
-        // 2 re-entries, 2 fresh holds, 1 silent master: neither a quorum nor certainly lost.
+        // 2 re-entries, 2 masters without the hold, 1 silent: neither a quorum nor certainly lost.
+        for s in &servers[1..3] {
+            let held: Option<String> = s.cmd(&["HGET", "ferrolock:{ghost}", "owner"]);
+            assert_eq!(held, None, "the undone re-entry left a fresh hold behind");
+        }
         undecided.expect_err("two re-entries are no quorum");
         assert_eq!(g.state(), LockState::Held, "not certainly lost yet");
         tokio::time::sleep(Duration::from_millis(600)).await; // the stall probe clears
