@@ -532,7 +532,7 @@ impl Target {
     /// hello that a plain-text server reads as an unfinished command (no reply), and a
     /// plain-text command that a TLS server answers by closing the connection. The hint names
     /// the scheme of the kind of URL the user gave (`self.schemes`).
-    fn connect_error(&self, e: &redis::RedisError) -> Error {
+    pub fn connect_error(&self, e: &redis::RedisError) -> Error {
         let err = Error::from_redis(e, &|s| redact_with(&self.secrets, s));
         let hint = self.mixup_hint(e, err.kind()).unwrap_or_default();
         Error::new(err.kind(), format!("{}: {}{hint}", self.addr, err.message()))

@@ -40,6 +40,8 @@ use crate::options::{ClientOptions, TlsOptions};
 const SCHEME: &str = "redis+sentinel://";
 /// TLS to the sentinels and to the masters they name.
 const TLS_SCHEME: &str = "rediss+sentinel://";
+/// What a TLS/plain-text mix-up hint (with a sentinel or a master) tells the user to write.
+const SCHEMES: Schemes = Schemes { plain: SCHEME, tls: TLS_SCHEME };
 const DEFAULT_PORT: u16 = 26379;
 /// Least time between two lookups triggered by command errors (each opens a connection to a
 /// sentinel; `+switch-master` bypasses it).
@@ -62,9 +64,9 @@ pub(crate) struct SentinelConfig {
     template: redis::ConnectionInfo,
     /// `rediss+sentinel://`: TLS to the sentinels and the masters.
     tls: bool,
-    /// One client per entry of `sentinels`, with the sentinels' own credentials
+    /// One target per entry of `sentinels`, with the sentinels' own credentials
     /// (`sentinel_username`, `sentinel_password`) and, with `tls`, the TLS options.
-    sentinel_clients: Vec<redis::Client>,
+    sentinel_clients: Vec<Target>,
     pub secrets: Vec<String>,
 }
 
@@ -174,14 +176,15 @@ impl SentinelConfig {
         }
     }
 
-    /// A client for one sentinel, made like the masters' (`Target`: same TLS handling).
+    /// One sentinel, made like the masters (`Target`: same TLS handling, same mix-up hints
+    /// naming the Sentinel schemes).
     fn sentinel_client(
         &self,
         host: &str,
         port: u16,
         auth: &(Option<String>, Option<String>),
         tls: &TlsOptions,
-    ) -> Result<redis::Client> {
+    ) -> Result<Target> {
         let info = self.template.clone().set_addr(self.addr(host, port));
         let mut settings = redis::RedisConnectionInfo::default();
         if let Some(user) = &auth.0 {
@@ -190,7 +193,7 @@ impl SentinelConfig {
         if let Some(password) = &auth.1 {
             settings = settings.set_password(password);
         }
-        Ok(Target::from_info(info.set_redis_settings(settings), tls)?.client)
+        Ok(Target::from_info(info.set_redis_settings(settings), tls)?.with_schemes(SCHEMES))
     }
 }
 
@@ -344,7 +347,8 @@ impl SentinelConn {
 async fn discover(cfg: &SentinelConfig, opts: &ClientOptions) -> Result<(String, u16)> {
     let mut unknown = 0;
     let mut last_err = None;
-    for client in &cfg.sentinel_clients {
+    for sentinel in &cfg.sentinel_clients {
+        let client = &sentinel.client;
         let ask = async {
             let config = redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(opts.connect_timeout))
@@ -360,7 +364,8 @@ async fn discover(cfg: &SentinelConfig, opts: &ClientOptions) -> Result<(String,
             Ok(Ok(Some(addr))) => return Ok(addr),
             Ok(Ok(None)) => unknown += 1,
             Ok(Err(e)) => {
-                let e = Error::from_redis(&e, &|s| crate::client::redact_secrets(&cfg.secrets, s));
+                // Named, with a hint when TLS meets a plain-text port or the reverse.
+                let e = sentinel.connect_error(&e);
                 // A refusal retrying cannot fix (a wrong sentinel password, an ACL) wins.
                 if last_err.as_ref().is_none_or(|l: &Error| l.kind().is_transient()) {
                     last_err = Some(e);
@@ -394,7 +399,7 @@ async fn open_master(
     addr: &(String, u16),
 ) -> Result<ConnectionManager> {
     let info = cfg.template.clone().set_addr(cfg.addr(&addr.0, addr.1));
-    let target = Target::from_info(info, &opts.tls)?.with_schemes(Schemes { plain: SCHEME, tls: TLS_SCHEME });
+    let target = Target::from_info(info, &opts.tls)?.with_schemes(SCHEMES);
     let mut m = target.manager(opts, Some(opts.response_timeout), notifier).await?;
     let role: Value = redis::cmd("ROLE")
         .query_async(&mut m)
@@ -418,7 +423,7 @@ async fn watch_switch(this: Weak<SentinelConn>) {
     loop {
         let (client, timeout) = {
             let Some(me) = this.upgrade() else { return };
-            let client = me.cfg.sentinel_clients[next % me.cfg.sentinel_clients.len()].clone();
+            let client = me.cfg.sentinel_clients[next % me.cfg.sentinel_clients.len()].client.clone();
             next += 1;
             (client, me.opts.connect_timeout)
         };

@@ -9,7 +9,8 @@
 //! control: a CA that did not sign the certificates, the system trust store, a sentinel addressed
 //! by a name its certificate lacks, and a master reported by IP (`announce-hostnames no`) all fail
 //! promptly with `Tls`; TLS options with a plain `redis+sentinel://` URL are refused before any I/O;
-//! a TLS/plain-text mix-up with the master names the Sentinel scheme to use in its hint.
+//! a TLS/plain-text mix-up with the master or with a sentinel names the Sentinel scheme to use
+//! in its hint.
 
 mod common;
 
@@ -229,7 +230,8 @@ async fn certificates_and_host_names_are_verified() {
     assert!(e.message().contains(&master_tls.to_string()), "does not name the master: {e}");
 }
 
-/// A TLS/plain-text mix-up behind a Sentinel URL: the hint names the Sentinel scheme to use
+/// A TLS/plain-text mix-up behind a Sentinel URL, with the master or with the sentinel itself:
+/// the hint names the Sentinel scheme to use
 /// (`rediss+sentinel://`, `redis+sentinel://`), not `rediss://` or `redis://`, which would drop
 /// the sentinels and their failovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -270,6 +272,39 @@ async fn a_tls_mix_up_hint_names_the_sentinel_scheme() {
     assert!(
         e.message().contains("(use redis+sentinel://)"),
         "the hint does not name the Sentinel scheme: {e}"
+    );
+
+    // The same two mix-ups with the sentinel itself, before any master is known.
+    // TLS to the sentinel's plain-text port: no handshake reply.
+    let e = Client::connect(
+        &format!("rediss+sentinel://localhost:{}/{NAME}", sentinel.port()),
+        opts(trusting(&certs.ca_crt)),
+    )
+    .await
+    .expect_err("TLS to a sentinel's plain-text port");
+    assert!(
+        e.message().contains(&format!("localhost:{}", sentinel.port())),
+        "does not name the sentinel: {e}"
+    );
+    assert!(e.message().contains("plain-text port"), "no hint in: {e}");
+    assert!(
+        e.message().contains("(use redis+sentinel://)"),
+        "the hint does not name the Sentinel scheme: {e}"
+    );
+    // Plain text to the sentinel's TLS port: the sentinel closes the connection.
+    let e = Client::connect(
+        &format!("redis+sentinel://localhost:{}/{NAME}", tls_port(&sentinel)),
+        opts(TlsOptions::default()),
+    )
+    .await
+    .expect_err("plain text to a sentinel's TLS port");
+    assert!(
+        e.message().contains(&format!("localhost:{}", tls_port(&sentinel))),
+        "does not name the sentinel: {e}"
+    );
+    assert!(
+        e.message().contains("use rediss+sentinel://"),
+        "the hint does not name the Sentinel TLS scheme: {e}"
     );
 }
 
