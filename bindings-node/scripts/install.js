@@ -15,6 +15,12 @@ const cargo = process.env.CARGO || 'cargo';
 const args = ['build', '--quiet', '-p', 'ferrolock-node', '--manifest-path', path.join(pkg, 'Cargo.toml'),
   '--message-format', 'json-render-diagnostics'];
 if (profile === 'release') args.push('--release');
+// Name the host's target explicitly, as `napi build` always does: both then build into
+// target/<triple>/, and `npm run build` (the index.d.ts generation) reuses this build instead
+// of compiling every dependency a second time. Without rustc's answer, cargo's default is fine.
+const rustc = spawnSync(process.env.RUSTC || 'rustc', ['-vV'], { encoding: 'utf8' });
+const host = !rustc.error && rustc.status === 0 && /^host: (\S+)$/m.exec(rustc.stdout);
+if (host) args.push('--target', host[1]);
 log(`building the native addon (cargo ${profile}; the first build takes a minute or two)`);
 const r = spawnSync(cargo, args, { cwd: pkg, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], maxBuffer: 256 << 20 });
 if (r.error) {
