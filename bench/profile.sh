@@ -3,7 +3,9 @@
 # INFO commandstats, the bare round trip (PING) from redis-benchmark, and the Rust client's
 # instructions per pair from valgrind --tool=callgrind (repeatable on a noisy machine: the
 # difference between a 1500-pair and a 500-pair run, divided by 1000), and the server's instructions
-# per pair for ferrolock's scripts against a bare SET NX PX + compare-and-delete (bench/py/server_cost.py).
+# per pair for ferrolock's scripts against a bare SET NX PX + compare-and-delete (bench/py/server_cost.py),
+# and the same pair sent through thinner client stacks (client-stack: ferrolock, redis-rs alone, a
+# bare tokio socket, a bare blocking socket).
 # Usage: bash bench/profile.sh   (after bench/run.sh has built the driver and the venv)
 # Prints Markdown on stdout.
 set -euo pipefail
@@ -59,6 +61,12 @@ for c in PING "SET k v NX PX 10000"; do
   p50=$(taskset -c 0 redis-benchmark -p "$port" -n 50000 -c 1 -P 1 --csv $c | tail -n1 | awk -F'","' '{print $5*1000}')
   echo "- \`$c\`: $p50 µs"
 done
+echo
+echo "### Client stack: the same pair through thinner clients (µs per pair, client on the server's core)"
+echo
+STACK=${CARGO_TARGET_DIR:-target}/release/client-stack
+[ -x "$STACK" ] || cargo build --release --quiet -p ferrolock-bench --bin client-stack
+taskset -c 0 "$STACK" "$port" 5000 3
 echo
 if command -v valgrind >/dev/null 2>&1; then
   echo "### Rust client instructions per acquire+release pair (callgrind, 1500-pair run minus 500-pair run)"
