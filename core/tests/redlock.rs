@@ -854,7 +854,8 @@ async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
 // Control: without that last loss the next re-entry is a plain one (0, 3, 4 still have it).
 // The masters' counters run 10 s ahead, each by a different amount, so that every grant is
 // written back (raise_fence.lua also records the round's fence in the hold): holds that got
-// the write-back must count (an earlier fix compared each master's granted fence and lost them).
+// the write-back must count (an earlier fix compared each master's granted fence and lost them),
+// and so must a late grant that kept its own fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_undecided_reentry_leaves_no_fresh_hold_behind() {
     let servers = start_many(5);
@@ -867,14 +868,29 @@ async fn an_undecided_reentry_leaves_no_fresh_hold_behind() {
     for third_loss in [false, true] {
         let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
         assert!(g.fence() > ahead, "the grant took the counters ahead of the floor");
+        // Every master holds it (the round's late grants have landed) and a quorum carries the
+        // written-back fence. A master that answered after the round decided keeps its own
+        // fence when the write-back, which returns once a quorum confirmed, has not reached it.
         let t0 = Instant::now();
         loop {
-            let fences: Vec<String> =
-                servers.iter().map(|s| s.cmd(&["HGET", "ferrolock:{ghost}", "fence"])).collect();
-            if fences.iter().all(|f| f == &g.fence().to_string()) {
+            let holds: Vec<(Option<String>, Option<String>)> = servers
+                .iter()
+                .map(|s| {
+                    (
+                        s.cmd(&["HGET", "ferrolock:{ghost}", "owner"]),
+                        s.cmd(&["HGET", "ferrolock:{ghost}", "fence"]),
+                    )
+                })
+                .collect();
+            let at_t =
+                holds.iter().filter(|(_, f)| f.as_deref() == Some(g.fence().to_string().as_str())).count();
+            if holds.iter().all(|(o, _)| o.is_some() && *o == holds[0].0) && at_t >= 3 {
                 break;
             }
-            assert!(t0.elapsed() < Duration::from_secs(2), "not written back everywhere: {fences:?}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "not held everywhere, or not written back: {holds:?}"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         for s in &servers[1..3] {
