@@ -869,8 +869,9 @@ async fn an_undecided_reentry_leaves_no_fresh_hold_behind() {
         let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
         assert!(g.fence() > ahead, "the grant took the counters ahead of the floor");
         // Every master holds it (the round's late grants have landed) and a quorum carries the
-        // written-back fence. A master that answered after the round decided keeps its own
-        // fence when the write-back, which returns once a quorum confirmed, has not reached it.
+        // written-back fence. A master that answered after the round decided may keep its own
+        // fence: the write-back does not wait in the handle's lane, so it can run there before
+        // that master's grant, which then follows that master's own counter.
         let t0 = Instant::now();
         loop {
             let holds: Vec<(Option<String>, Option<String>)> = servers
