@@ -9,6 +9,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{ProtocolVersion, RedisResult, Value};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::hot::HotConn;
 use crate::keys::Keys;
 use crate::lock::Lock;
 use crate::notify::Notifier;
@@ -29,6 +30,9 @@ pub(crate) struct ClientInner {
     pub opts: Arc<ClientOptions>,
     pub watchdog: Watchdog,
     pub runtime: tokio::runtime::Handle,
+    /// Direct clients over TCP or a Unix socket: the acquire and release scripts' own
+    /// connection (hot.rs).
+    pub hot: Option<HotConn>,
     secrets: Vec<String>,
     addr: String,
 }
@@ -162,6 +166,7 @@ impl Client {
         let cluster = crate::cluster::is_cluster_url(url);
         #[cfg(not(feature = "cluster"))]
         let cluster = false;
+        let mut hot = None;
         let (conn, secrets, addr, opts) = if cluster {
             Self::connect_cluster(url, opts, &notifier).await?
         } else if crate::sentinel::is_sentinel_url(url) {
@@ -173,6 +178,7 @@ impl Client {
         } else {
             let target = Target::parse(url, &opts.tls)?;
             let conn = target.manager(&opts, Some(opts.response_timeout), &notifier).await?;
+            hot = HotConn::for_server(target.client.get_connection_info(), &opts);
             (Conn::Direct(conn), target.secrets, target.addr, Arc::new(opts))
         };
         tokio::spawn(Notifier::sweep(
@@ -189,6 +195,7 @@ impl Client {
                 opts,
                 watchdog,
                 runtime: tokio::runtime::Handle::current(),
+                hot,
                 secrets,
                 addr,
             }),
@@ -238,6 +245,7 @@ impl Client {
                 opts,
                 watchdog,
                 runtime: tokio::runtime::Handle::current(),
+                hot: None,
                 secrets,
                 addr,
             }),
@@ -285,6 +293,24 @@ impl Client {
     #[doc(hidden)]
     pub fn set_watchdog_test_knobs(&self, delay: Duration, settle: bool) {
         self.inner.watchdog.set_test_knobs(delay, settle);
+    }
+
+    /// Tests and benchmarks: stop (`false`) or resume sending acquires and releases on the
+    /// hot-path connection (docs/CONNECTIONS.md); they then all go through the multiplexed
+    /// connection. Returns whether this client has a hot-path connection at all.
+    #[doc(hidden)]
+    pub fn set_hot_path_for_tests(&self, on: bool) -> bool {
+        self.inner.hot.as_ref().map(|h| h.set_enabled(on)).is_some()
+    }
+
+    /// Tests' controls only: on the hot-path connection, leave out the pins that keep a handle's
+    /// requests in order (`pins: false`), or read replies without skipping those of abandoned
+    /// requests (`skip_stale: false`). Both make the library unsafe.
+    #[doc(hidden)]
+    pub fn set_hot_path_test_knobs(&self, pins: bool, skip_stale: bool) {
+        if let Some(h) = &self.inner.hot {
+            h.set_test_knobs(pins, skip_stale);
+        }
     }
 
     /// Whether this client locks by quorum over several masters ([`Client::connect_redlock`]).
@@ -389,6 +415,14 @@ impl Client {
             fence: parse_num(items, 3)?,
             ttl: None,
         }))
+    }
+
+    /// Single node: whether waiters of this client listen on `channel` (it is subscribed).
+    pub(crate) fn waited_on(&self, channel: &[u8]) -> bool {
+        match &self.inner.backend {
+            Backend::Single { notifier, .. } => notifier.is_subscribed(channel),
+            Backend::Quorum(_) => false,
+        }
     }
 
     /// A driver error as a ferrolock error, with secrets removed.

@@ -46,6 +46,7 @@ mod cluster_sub;
 pub mod driver;
 mod error;
 mod hold;
+mod hot;
 mod keys;
 mod lock;
 mod notify;

@@ -10,6 +10,7 @@ use tokio::sync::{OwnedMutexGuard, watch};
 use crate::client::{Backend, Client, as_array, int_at, parse_num};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hold::{Hold, LockState, LostCallback};
+use crate::hot::HotConn;
 use crate::keys::Keys;
 use crate::options::LockOptions;
 use crate::{scripts, timing, token};
@@ -35,6 +36,9 @@ pub(crate) struct LockInner {
     /// its reply (and any undo) is done, so a later request of this handle never overtakes an
     /// earlier one on the same master. Empty for a single-node client.
     pub(crate) lanes: Vec<crate::redlock::Lane>,
+    /// Single node: where this handle's last request of unknown outcome went, so that the
+    /// next ones follow it there (hot.rs).
+    pub(crate) pin: crate::hot::HotPin,
     /// Fair mode ([`LockOptions::fair`]).
     pub(crate) fair: bool,
     /// Fair mode: held by the acquire of this handle that may be queued (and by the undo of
@@ -82,6 +86,7 @@ impl Lock {
                 op: Arc::new(tokio::sync::Mutex::new(())),
                 current: Mutex::new(None),
                 lanes,
+                pin: Default::default(),
                 fair: opts.fair,
                 queue_turn: Arc::new(tokio::sync::Mutex::new(())),
             }),
@@ -449,12 +454,15 @@ impl Lock {
             }
             cmd
         };
+        let waited_on = c.waited_on(&inner.keys.channel);
         for attempt in 0..2 {
             // The retry carries the script itself: the first try's reply may have been a
             // NOSCRIPT that nobody saw (a stopped or restarted server answers in order once it
             // runs again), so nobody followed it with SCRIPT LOAD.
             let verb = if attempt == 0 { "EVALSHA" } else { "EVAL" };
-            let r: redis::RedisResult<i64> = command(verb).query_async(&mut conn.clone()).await;
+            let hot = c.inner.hot.as_ref();
+            let r = HotConn::query(hot, conn, &inner.pin, &command(verb), waited_on).await;
+            let r = r.and_then(|v| redis::from_redis_value::<i64>(v).map_err(Into::into));
             if attempt == 0 && r.as_ref().is_err_and(scripts::is_noscript) {
                 continue;
             }
@@ -682,7 +690,9 @@ impl Guard {
         }
         if self.hold.state() == LockState::Lost {
             // Clean up whatever is left under our token; never touches another owner's hold.
-            c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await;
+            if !c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await {
+                lock.inner.pin.follow_renewals();
+            }
             let _ = lock.send_release(0).await;
             lock.set_current(None);
             // The hold went final before this release: say why (a refused renewal or extend,
@@ -693,7 +703,11 @@ impl Guard {
         let target = self.hold.live_levels().saturating_sub(1);
         if target == 0 {
             // Cancel renewal before the release is sent, and let one already on its way land first.
-            c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await;
+            if !c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await {
+                // Still on its way (a stalled server): the release queues behind it on its
+                // connection instead.
+                lock.inner.pin.follow_renewals();
+            }
         }
         match lock.send_release_level(Level { count: target, fence: Some(self.hold.fence) }).await {
             Ok(n) if n < 0 => {

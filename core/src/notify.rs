@@ -13,7 +13,8 @@
 //! - A waiter's wake is *pending* from the message until its next [`Subscription::mark`], which
 //!   it calls right before each try; a message that arrives after the mark wakes it again (or
 //!   the next waiter) and the try that follows sees the release.
-//! - Pushes and replies share one connection, in server order: a message that is pending when a
+//! - Pushes and replies share one connection, in server order (a lock this client waits on keeps
+//!   its requests off the hot-path connection, hot.rs): a message that is pending when a
 //!   try's "granted" reply is read was published before that try ran, i.e. it is the release that
 //!   this grant followed, so a granted waiter consumes its wake.
 //! - Redis sends a connection's *own* release message right after that release's reply. So a
@@ -293,6 +294,11 @@ impl Notifier {
             }
         }
         Ok(sub)
+    }
+
+    /// Whether `channel` is subscribed (waiters of this client listen on it, or did lately).
+    pub fn is_subscribed(&self, channel: &[u8]) -> bool {
+        lock(&self.channels).get(channel).is_some_and(|c| c.subscribed)
     }
 
     /// Before this client sends a release that may delete the hold: the message count so far.

@@ -24,6 +24,7 @@ use redis::{RedisResult, Value};
 
 use crate::client::{Client, Conn};
 use crate::error::{Error, ErrorKind, Result};
+use crate::hot::HotConn;
 use crate::lock::LockInner;
 use crate::{scripts, timing};
 
@@ -41,37 +42,39 @@ pub(crate) struct Acquired {
 /// `queue_ms`: fair mode's stay in the queue when the lock is held (never with `replica_acks`).
 pub(crate) async fn acquire(lock: &LockInner, conn: &Conn, queue_ms: Option<u64>) -> RedisResult<Acquired> {
     let opts = &lock.client.inner.opts;
-    let Some(acks) = opts.replica_acks else {
-        let mut call = scripts::ACQUIRE.key(&lock.keys.hold);
-        call.key(&lock.keys.fence)
+    // On NOSCRIPT, send the script itself (EVAL also caches it on that node for the next
+    // EVALSHA). The hot connection and pipelines get no automatic SCRIPT LOAD.
+    for verb in ["EVALSHA", "EVAL"] {
+        let mut script = redis::cmd(verb);
+        script.arg(if verb == "EVAL" { ACQUIRE_SOURCE } else { scripts::ACQUIRE.get_hash() });
+        let k = &lock.keys;
+        script.arg(if queue_ms.is_some() { 4 } else { 2 }).arg(&k.hold).arg(&k.fence);
+        if queue_ms.is_some() {
+            script.arg(&k.queue).arg(&k.waiters);
+        }
+        script
             .arg(&*lock.token)
             .arg(timing::millis(lock.ttl))
             .arg(timing::millis(opts.fence_retention))
             .arg(opts.max_reentrancy);
         if let Some(ms) = queue_ms {
-            call.key(&lock.keys.queue).key(&lock.keys.waiters).arg(ms);
+            script.arg(ms);
         }
-        let reply = call.invoke_async(&mut conn.clone()).await?;
-        return Ok(Acquired { reply, waited: None });
-    };
-    // Pipelines get no automatic SCRIPT LOAD: on NOSCRIPT, send the script itself (EVAL also
-    // caches it on that node for the next EVALSHA).
-    for verb in ["EVALSHA", "EVAL"] {
-        let mut script = redis::cmd(verb);
-        script.arg(if verb == "EVAL" { ACQUIRE_SOURCE } else { scripts::ACQUIRE.get_hash() });
-        script
-            .arg(2)
-            .arg(&lock.keys.hold)
-            .arg(&lock.keys.fence)
-            .arg(&*lock.token)
-            .arg(timing::millis(lock.ttl))
-            .arg(timing::millis(opts.fence_retention))
-            .arg(opts.max_reentrancy);
+        let Some(acks) = opts.replica_acks else {
+            let hot = lock.client.inner.hot.as_ref();
+            let waited_on = lock.client.waited_on(&k.channel);
+            match HotConn::query(hot, conn, &lock.pin, &script, waited_on).await {
+                Err(e) if verb == "EVALSHA" && scripts::is_noscript(&e) => continue,
+                r => return Ok(Acquired { reply: r?, waited: None }),
+            }
+        };
         let mut wait = redis::cmd("WAIT");
         wait.arg(acks.replicas).arg(timing::millis(acks.timeout).max(1));
         let mut pipe = redis::pipe();
         pipe.add_command(script).add_command(wait);
+        lock.pin.multiplexed();
         let mut replies = on_one_connection(conn, &pipe, &lock.keys.hold).await?.into_iter();
+        lock.pin.answered();
         let (Some(reply), Some(waited), None) = (replies.next(), replies.next(), replies.next()) else {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Client,

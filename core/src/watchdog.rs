@@ -127,11 +127,12 @@ impl Watchdog {
     /// [`Self::unregister`], then wait (at most `bound`) until a renewal of `hold` that was
     /// already taken for sending has been answered. Call it right before sending a release, so
     /// the release reaches the server after that renewal and never the other way round.
-    pub async fn unregister_settled(&self, hold: &Hold, bound: Duration) {
-        let Some(id) = hold.take_watchdog() else { return };
+    /// Returns `false` if that renewal is still unanswered after `bound`.
+    pub async fn unregister_settled(&self, hold: &Hold, bound: Duration) -> bool {
+        let Some(id) = hold.take_watchdog() else { return true };
         self.shared.entries().remove(&id);
         if self.shared.test_no_settle.load(Ordering::Relaxed) {
-            return;
+            return true;
         }
         let until = tokio::time::Instant::now() + bound;
         loop {
@@ -139,10 +140,10 @@ impl Watchdog {
             tokio::pin!(landed);
             landed.as_mut().enable();
             if !self.shared.flying().contains(&id) {
-                return;
+                return true;
             }
             if tokio::time::timeout_at(until, landed).await.is_err() {
-                return;
+                return false;
             }
         }
     }

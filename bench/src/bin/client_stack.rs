@@ -3,7 +3,10 @@
 //! The same acquire + release pair against one server, sent through thinner and thinner client
 //! stacks, all on the calling thread:
 //!
-//! * `ferrolock`: the async API on a current-thread runtime (what W1 measures);
+//! * `ferrolock`: the async API on a current-thread runtime (what W1 measures), its scripts on
+//!   the hot-path connection (docs/CONNECTIONS.md);
+//! * `ferrolock, multiplexed`: the same with that connection turned off, so both scripts go
+//!   through the multiplexed connection (as before 2026-11-26);
 //! * `redis-rs`: a redis-rs `ConnectionManager` sending the same two scripts with the same
 //!   arguments through `Script::invoke_async` (ferrolock's connection, without ferrolock);
 //! * `tokio`: the same two `EVALSHA` commands, pre-encoded, on a bare tokio `TcpStream`;
@@ -12,7 +15,7 @@
 //!   floor's commands, sent by the leanest client).
 //!
 //! Rounds are interleaved (round k runs every stack once) and the median round is printed as a
-//! Markdown table. Run it on the server's core: `taskset -c 0 client-stack PORT [PAIRS] [ROUNDS]`
+//! Markdown table. Run it on the server's core: `taskset -c 0 client-stack PORT [PAIRS] [ROUNDS] [ROW]`
 //! with the server pinned there too (bench/profile.sh does).
 
 use std::io::{Read, Write};
@@ -109,8 +112,9 @@ async fn bare(s: &mut impl Bare, acquire: &[u8], release: &[u8], pairs: usize) -
     Ok(t0.elapsed())
 }
 
-async fn with_ferrolock(url: &str, pairs: usize) -> Result<Duration, BoxError> {
+async fn with_ferrolock(url: &str, pairs: usize, hot: bool) -> Result<Duration, BoxError> {
     let client = ferrolock::Client::connect(url, ferrolock::ClientOptions::default()).await?;
+    client.set_hot_path_for_tests(hot);
     let lock = client.lock("bench:stack", ferrolock::LockOptions::lease(Duration::from_secs(10)))?;
     let wait = Some(Duration::from_secs(10));
     let mut t0 = Instant::now();
@@ -160,6 +164,9 @@ fn main() -> Result<(), BoxError> {
     let port: u16 = args.first().ok_or("usage: client-stack PORT [PAIRS] [ROUNDS]")?.parse()?;
     let pairs: usize = args.get(1).map_or(Ok(5000), |a| a.parse())?;
     let rounds: usize = args.get(2).map_or(Ok(3), |a| a.parse())?;
+    // Profiling one stack alone (strace, callgrind): its row number, 1-based.
+    let only: Option<usize> = args.get(3).map(|a| a.parse()).transpose()?;
+    let runs = |row: usize| only.is_none_or(|o| o == row + 1);
     let url = format!("redis://127.0.0.1:{port}");
     let (acq_sha, rel_sha, cad_sha) =
         (load(port, ACQUIRE)?, load(port, RELEASE)?, load(port, COMPARE_AND_DELETE)?);
@@ -173,6 +180,7 @@ fn main() -> Result<(), BoxError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let names = [
         "ferrolock",
+        "ferrolock, multiplexed connection only",
         "redis-rs ConnectionManager, same scripts",
         "tokio TcpStream, same scripts",
         "std TcpStream, same scripts",
@@ -180,23 +188,36 @@ fn main() -> Result<(), BoxError> {
     ];
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
     for _ in 0..rounds {
-        times[0].push(rt.block_on(with_ferrolock(&url, pairs))?);
-        times[1].push(rt.block_on(with_redis_rs(&url, pairs))?);
-        times[2].push(rt.block_on(async {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
-            s.set_nodelay(true)?;
-            bare(&mut s, &acquire, &release, pairs).await
-        })?);
+        if runs(0) {
+            times[0].push(rt.block_on(with_ferrolock(&url, pairs, true))?);
+        }
+        if runs(1) {
+            times[1].push(rt.block_on(with_ferrolock(&url, pairs, false))?);
+        }
+        if runs(2) {
+            times[2].push(rt.block_on(with_redis_rs(&url, pairs))?);
+        }
+        if runs(3) {
+            times[3].push(rt.block_on(async {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).await?;
+                s.set_nodelay(true)?;
+                bare(&mut s, &acquire, &release, pairs).await
+            })?);
+        }
         let mut s = StdStream::connect(("127.0.0.1", port))?;
         s.set_nodelay(true)?;
-        times[3].push(rt.block_on(bare(&mut s, &acquire, &release, pairs))?);
-        times[4].push(rt.block_on(bare(&mut s, &bare_acquire, &bare_release, pairs))?);
+        if runs(4) {
+            times[4].push(rt.block_on(bare(&mut s, &acquire, &release, pairs))?);
+        }
+        if runs(5) {
+            times[5].push(rt.block_on(bare(&mut s, &bare_acquire, &bare_release, pairs))?);
+        }
     }
     println!(
         "| client stack ({pairs} pairs, median of {rounds} interleaved rounds) | µs per pair | pairs/s |"
     );
     println!("|---|---:|---:|");
-    for (name, mut t) in names.iter().zip(times) {
+    for (name, mut t) in names.iter().zip(times).filter(|(_, t)| !t.is_empty()) {
         t.sort();
         let us = t[t.len() / 2].as_secs_f64() * 1e6 / pairs as f64;
         println!("| {name} | {us:.1} | {:.0} |", 1e6 / us);

@@ -1,0 +1,151 @@
+//! The hot-path connection (docs/CONNECTIONS.md): replies of abandoned requests are skipped, a
+//! handle's request of unknown outcome keeps the next ones on its connection, and the
+//! connection authenticates and selects the URL's database like the multiplexed one.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, connect_with, fast_opts};
+use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions};
+
+/// Every command the server runs, as `MONITOR` prints it (a background thread reads them).
+struct Monitor {
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Monitor {
+        let mut s = TcpStream::connect(("127.0.0.1", server.port())).expect("monitor connection");
+        s.write_all(b"MONITOR\r\n").unwrap();
+        let mut reader = BufReader::new(s);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).unwrap();
+        assert_eq!(ok.trim(), "+OK");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in reader.lines() {
+                let Ok(line) = line else { return };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Monitor { lines }
+    }
+
+    /// The client address (`ip:port`) of each command line containing all of `parts`.
+    fn senders(&self, parts: &[&str]) -> Vec<String> {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .filter(|l| parts.iter().all(|p| l.contains(p)))
+            .filter_map(|l| Some(l.split_once(" [")?.1.split_once(']')?.0.split(' ').nth(1)?.to_owned()))
+            .collect()
+    }
+
+    fn wait_for(&self, parts: &[&str], n: usize) -> Vec<String> {
+        let t0 = Instant::now();
+        loop {
+            let found = self.senders(parts);
+            if found.len() >= n || t0.elapsed() > Duration::from_secs(5) {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A request abandoned on the hot connection (timed out while the server was stopped) leaves its
+/// reply behind; the next request on that connection must skip it and read its own.
+#[tokio::test]
+async fn a_reply_left_by_a_timed_out_request_is_skipped() {
+    async fn run(skip_stale: bool) -> (u64, Option<u64>) {
+        let server = RedisServer::start();
+        let client = connect_with(&server, fast_opts()).await;
+        assert!(client.set_hot_path_for_tests(true), "a redis:// client has a hot-path connection");
+        client.set_hot_path_test_knobs(true, skip_stale);
+        let a = client.lock("stale", LockOptions::lease(Duration::from_secs(30))).unwrap();
+        let b = client.lock("stale", LockOptions::lease(Duration::from_secs(30))).unwrap();
+        // A warm-up pair opens the hot connection.
+        a.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+        server.pause();
+        // A's acquire and then its undo both time out on the hot connection.
+        assert_eq!(a.try_acquire().await.unwrap_err().kind(), ErrorKind::Timeout);
+        server.resume();
+        // The server now runs A's acquire and its undo, in that order; B's acquire comes next.
+        let g = b.try_acquire().await.unwrap().expect("the lock is free after A's undo");
+        let holder = client.inspect("stale").await.unwrap();
+        (g.fence(), holder.map(|h| h.fence))
+    }
+
+    let (fence, held) = run(true).await;
+    assert_eq!(held, Some(fence), "B's grant is the hold on the server");
+    // Control: reading the next reply as its own, B takes A's stale grant (and A's fence) for its
+    // own, while the server holds nothing or another fence.
+    let (fence, held) = run(false).await;
+    assert_ne!(held, Some(fence), "control: a stale reply read as B's went unnoticed");
+}
+
+/// A handle's acquire of unknown outcome on one connection is undone on that same connection,
+/// so the undo can never run before the acquire (two connections have no order between them).
+#[tokio::test]
+async fn an_undo_follows_its_acquire_on_the_same_connection() {
+    async fn run(pins: bool) -> (Vec<String>, Vec<String>) {
+        let server = RedisServer::start();
+        let monitor = Monitor::start(&server);
+        let client = connect_with(&server, fast_opts()).await;
+        client.set_hot_path_test_knobs(pins, true);
+        let other = client.lock("busy", LockOptions::lease(Duration::from_secs(30))).unwrap();
+        let held = other.acquire(Some(Duration::ZERO)).await.unwrap();
+        let a = client.lock("order", LockOptions::lease(Duration::from_secs(30))).unwrap();
+        server.pause();
+        // `other`'s release takes the hot connection (times out at 200 ms); A's acquire starts
+        // at 100 ms, finds the hot connection busy, goes on the multiplexed one and times out at
+        // 300 ms; by then the hot connection is free again for A's undo.
+        let release = tokio::spawn(async move { held.release().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(a.try_acquire().await.unwrap_err().kind(), ErrorKind::Timeout);
+        assert!(release.await.unwrap().is_err());
+        server.resume();
+        let acquires = monitor.wait_for(&["\"ferrolock:{order}\"", "\"ferrolock:{order}:fence\""], 1);
+        let undos = monitor.wait_for(&["\"1\" \"ferrolock:{order}\""], 1);
+        (acquires, undos)
+    }
+
+    let (acquires, undos) = run(true).await;
+    assert_eq!(acquires.len(), 1, "one acquire: {acquires:?}");
+    assert!(!undos.is_empty(), "the acquire was undone");
+    assert!(undos.iter().all(|u| *u == acquires[0]), "acquire from {acquires:?}, undo from {undos:?}");
+    // Control: without pins the undo takes whichever connection is free, here the other one.
+    let (acquires, undos) = run(false).await;
+    assert!(
+        undos.iter().any(|u| *u != acquires[0]),
+        "control: the undo went the acquire's way even without pins ({acquires:?}, {undos:?})"
+    );
+}
+
+/// The hot connection authenticates and selects the URL's database, as the multiplexed one does.
+#[tokio::test]
+async fn the_hot_connection_uses_the_urls_password_and_database() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret-hot"]);
+    let url = format!("redis://:s3cret-hot@127.0.0.1:{}/3", server.port());
+    let client = Client::connect(&url, ClientOptions::default()).await.unwrap();
+    let lock = client.lock("db3", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let mut raw = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut raw).unwrap();
+    let ours: Vec<&str> = list.lines().filter(|l| !l.contains("cmd=client|list")).collect();
+    assert_eq!(ours.len(), 2, "the multiplexed and the hot connection: {list}");
+    assert!(ours.iter().all(|l| l.contains(" db=3 ")), "both in db 3: {list}");
+    let hot: Vec<&str> = ours.iter().copied().filter(|l| l.contains("cmd=eval")).collect();
+    assert_eq!(hot.len(), 1, "one connection ran the acquire: {list}");
+    assert!(hot[0].contains(" db=3 "), "the acquire ran in db 3: {}", hot[0]);
+    let in_db3: bool = redis::cmd("EXISTS").arg("ferrolock:{db3}").query(&mut raw).unwrap();
+    assert!(in_db3, "the hold is in db 3");
+    g.release().await.unwrap();
+    let gone: bool = redis::cmd("EXISTS").arg("ferrolock:{db3}").query(&mut raw).unwrap();
+    assert!(!gone, "released in db 3");
+}
