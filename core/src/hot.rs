@@ -30,9 +30,10 @@
 //! Not on this path: TLS, Sentinel and Cluster clients, Redlock, `replica_acks` (its `WAIT` must
 //! share the script's connection, replicas.rs), renewals and everything else.
 
+use std::collections::VecDeque;
 use std::io;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -87,9 +88,9 @@ struct State {
     stream: Option<Stream>,
     /// Bytes read and not yet consumed (at most the start of a reply).
     buf: Vec<u8>,
-    out: Vec<u8>,
-    /// Replies still to come for requests nobody waits for any more, in order.
-    stale: usize,
+    /// Replies still to come for requests nobody waits for any more, in order, each with the
+    /// slot its handle looks in for it (a late reply: [`HotPin::late_reply`]).
+    stale: VecDeque<Late>,
     /// Where the call now on this connection is; what an abandoned call leaves behind.
     phase: Phase,
     /// Generations handed out so far (+1 = the next connection's).
@@ -104,27 +105,70 @@ enum Phase {
     Reading,
 }
 
-/// Where a handle's last request of unknown outcome went (see the module docs).
+/// A command, and the same packed for the wire: a lock handle keeps its constant ones (the
+/// acquire, the full release) so each call sends them without building them again.
+pub(crate) struct Request {
+    cmd: redis::Cmd,
+    packed: Vec<u8>,
+}
+
+impl Request {
+    pub(crate) fn new(cmd: redis::Cmd) -> Request {
+        Request { packed: cmd.get_packed_command(), cmd }
+    }
+}
+
+/// Where a late reply goes: the handle that abandoned the request looks there.
+type Late = Arc<Mutex<Option<Value>>>;
+
+/// Where a handle's last request of unknown outcome went (see the module docs), and what it
+/// learnt of that request later.
 #[derive(Default)]
-pub(crate) struct HotPin(AtomicU64);
+pub(crate) struct HotPin {
+    route: AtomicU64,
+    /// The slot of this handle's last request abandoned on the hot connection.
+    abandoned: Mutex<Option<Late>>,
+    /// The late reply the last answered request of this handle found, if any.
+    found: Mutex<Option<Value>>,
+}
 
 impl HotPin {
     /// Send this handle's next request where the watchdog's renewals go (the multiplexed
     /// connection), unless an earlier request of unknown outcome already pins it.
     pub(crate) fn follow_renewals(&self) {
-        let _ = self.0.compare_exchange(UNPINNED, MULTIPLEXED, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.route.compare_exchange(UNPINNED, MULTIPLEXED, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// Pin to the multiplexed connection for a request sent there by other means (a pipeline);
     /// [`Self::answered`] when its reply came.
     pub(crate) fn multiplexed(&self) {
-        self.0.store(MULTIPLEXED, Ordering::Release);
+        self.route.store(MULTIPLEXED, Ordering::Release);
     }
 
     pub(crate) fn answered(&self) {
-        self.0.store(UNPINNED, Ordering::Release);
+        self.route.store(UNPINNED, Ordering::Release);
+    }
+
+    /// The reply that this handle's request abandoned last on the hot connection got, if the
+    /// request answered just before (the one whose result the caller holds) read it on its way:
+    /// a retry pinned behind its first try learns how that try went. Taken once.
+    pub(crate) fn late_reply(&self) -> Option<Value> {
+        lock(&self.found).take()
+    }
+
+    /// A request of this handle was answered: what its abandoned one got, if that arrived, is
+    /// now the caller's to look at (and no later request's).
+    fn settle_late(&self) {
+        let late = lock(&self.abandoned).take().and_then(|slot| lock(&slot).take());
+        *lock(&self.found) = late;
     }
 }
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl HotPin {}
 
 /// How one call on the hot connection ended.
 enum Outcome {
@@ -197,10 +241,10 @@ impl HotConn {
         hot: Option<&HotConn>,
         conn: &Conn,
         pin: &HotPin,
-        cmd: &redis::Cmd,
+        req: &Request,
         waited_on: bool,
     ) -> RedisResult<Value> {
-        let mut pinned = pin.0.load(Ordering::Acquire);
+        let mut pinned = pin.route.load(Ordering::Acquire);
         if hot.is_some_and(|h| !h.pins.load(Ordering::Relaxed)) {
             pinned = UNPINNED;
         }
@@ -208,13 +252,14 @@ impl HotConn {
         if let Some(hot) = hot {
             let mine = pinned != UNPINNED && hot.generation.load(Ordering::Acquire) == pinned;
             if !mine && waited_on {
-                return Self::multiplexed(conn, pin, cmd).await;
+                return Self::multiplexed(conn, pin, &req.cmd).await;
             }
             let state = if mine { Some(hot.state.lock().await) } else { hot.state.try_lock().ok() };
             if let Some(mut state) = state {
-                match hot.call(&mut state, cmd, pin).await {
+                match hot.call(&mut state, &req.packed, pin).await {
                     Outcome::Answered(r) => {
-                        pin.0.store(UNPINNED, Ordering::Release);
+                        pin.route.store(UNPINNED, Ordering::Release);
+                        pin.settle_late();
                         return r;
                     }
                     Outcome::Unknown(e) => return Err(e),
@@ -222,17 +267,18 @@ impl HotConn {
                 }
             }
         }
-        Self::multiplexed(conn, pin, cmd).await
+        Self::multiplexed(conn, pin, &req.cmd).await
     }
 
     async fn multiplexed(conn: &Conn, pin: &HotPin, cmd: &redis::Cmd) -> RedisResult<Value> {
-        pin.0.store(MULTIPLEXED, Ordering::Release);
+        pin.route.store(MULTIPLEXED, Ordering::Release);
         // (The driver hands back a server error as a value; `query_async` would extract it.)
         let r = conn.clone().req_packed_command(cmd).await.and_then(Value::extract_error);
         let unknown =
             r.as_ref().is_err_and(|e| e.is_timeout() || e.is_io_error() || e.is_connection_dropped());
         if !unknown {
-            pin.0.store(UNPINNED, Ordering::Release);
+            pin.route.store(UNPINNED, Ordering::Release);
+            pin.settle_late();
         }
         r
     }
@@ -240,12 +286,12 @@ impl HotConn {
     async fn call(
         &self,
         state: &mut tokio::sync::MutexGuard<'_, State>,
-        cmd: &redis::Cmd,
+        packed: &[u8],
         pin: &HotPin,
     ) -> Outcome {
         let st: &mut State = state;
         if let Some(stream) = st.stream.as_mut()
-            && !stream.still_open(&mut st.buf, st.stale)
+            && !stream.still_open(&mut st.buf, st.stale.len())
         {
             // Closed while idle (a restarted server): nothing of ours was on it.
             st.close();
@@ -255,15 +301,13 @@ impl HotConn {
             return Outcome::NotSent;
         }
         let generation = state.generations;
-        pin.0.store(generation, Ordering::Release);
-        let turn = Turn { state };
+        pin.route.store(generation, Ordering::Release);
+        let turn = Turn { state, pin };
         let st = &mut *turn.state;
-        st.out.clear();
-        cmd.write_packed_command(&mut st.out);
         if !self.skip_stale.load(Ordering::Relaxed) {
-            st.stale = 0;
+            st.stale.clear();
         }
-        match tokio::time::timeout(self.response_timeout, st.request()).await {
+        match tokio::time::timeout(self.response_timeout, st.request(packed)).await {
             Ok(Ok(v)) => Outcome::Answered(v),
             Ok(Err(e)) => {
                 // The connection broke: what it carried has run or never will.
@@ -312,7 +356,7 @@ impl HotConn {
             Ok(Ok(stream)) => {
                 state.stream = Some(stream);
                 state.buf.clear();
-                state.stale = 0;
+                state.stale.clear();
                 state.generations = state.generations.max(MULTIPLEXED) + 1;
                 self.generation.store(state.generations, Ordering::Release);
                 true
@@ -330,6 +374,7 @@ impl HotConn {
 /// timeout, or its future dropped) is settled here.
 struct Turn<'a, 'b> {
     state: &'a mut tokio::sync::MutexGuard<'b, State>,
+    pin: &'a HotPin,
 }
 
 impl Drop for Turn<'_, '_> {
@@ -338,23 +383,30 @@ impl Drop for Turn<'_, '_> {
         match std::mem::take(&mut st.phase) {
             Phase::Idle => {}
             Phase::Writing => st.close(), // Redis runs no half-received command
-            Phase::Reading => st.stale += 1,
+            Phase::Reading => {
+                let late = Late::default();
+                *lock(&self.pin.abandoned) = Some(late.clone());
+                st.stale.push_back(late);
+            }
         }
     }
 }
 
 impl State {
-    /// Write `self.out`, skip stale replies, read this request's reply.
-    async fn request(&mut self) -> io::Result<RedisResult<Value>> {
+    /// Write `packed`, skip stale replies, read this request's reply.
+    async fn request(&mut self, packed: &[u8]) -> io::Result<RedisResult<Value>> {
         let Some(stream) = self.stream.as_mut() else {
             return Err(io::Error::from(io::ErrorKind::NotConnected));
         };
         self.phase = Phase::Writing;
-        stream.write_all(&self.out).await?;
+        stream.write_all(packed).await?;
         self.phase = Phase::Reading;
-        while self.stale > 0 {
-            read_reply(stream, &mut self.buf).await?;
-            self.stale -= 1;
+        while !self.stale.is_empty() {
+            // Popped only once read: a call dropped meanwhile leaves the queue as it was.
+            let v = read_reply(stream, &mut self.buf).await?;
+            if let Some(late) = self.stale.pop_front() {
+                *lock(&late) = Some(v);
+            }
         }
         let v = read_reply(stream, &mut self.buf).await?;
         self.phase = Phase::Idle;
@@ -364,7 +416,7 @@ impl State {
     fn close(&mut self) {
         self.stream = None;
         self.buf.clear();
-        self.stale = 0;
+        self.stale.clear();
         self.phase = Phase::Idle;
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedMutexGuard, watch};
@@ -10,7 +10,7 @@ use tokio::sync::{OwnedMutexGuard, watch};
 use crate::client::{Backend, Client, as_array, int_at, parse_num};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hold::{Hold, LockState, LostCallback};
-use crate::hot::HotConn;
+use crate::hot::{HotConn, Request};
 use crate::keys::Keys;
 use crate::options::LockOptions;
 use crate::{scripts, timing, token};
@@ -39,6 +39,10 @@ pub(crate) struct LockInner {
     /// Single node: where this handle's last request of unknown outcome went, so that the
     /// next ones follow it there (hot.rs).
     pub(crate) pin: crate::hot::HotPin,
+    /// Single node: this handle's acquire (`EVALSHA`, not queued) and full release (`EVALSHA`
+    /// to count 0), built once.
+    pub(crate) acquire_request: OnceLock<Request>,
+    release_request: OnceLock<Request>,
     /// Fair mode ([`LockOptions::fair`]).
     pub(crate) fair: bool,
     /// Fair mode: held by the acquire of this handle that may be queued (and by the undo of
@@ -87,6 +91,8 @@ impl Lock {
                 current: Mutex::new(None),
                 lanes,
                 pin: Default::default(),
+                acquire_request: OnceLock::new(),
+                release_request: OnceLock::new(),
                 fair: opts.fair,
                 queue_turn: Arc::new(tokio::sync::Mutex::new(())),
             }),
@@ -460,9 +466,23 @@ impl Lock {
             // NOSCRIPT that nobody saw (a stopped or restarted server answers in order once it
             // runs again), so nobody followed it with SCRIPT LOAD.
             let verb = if attempt == 0 { "EVALSHA" } else { "EVAL" };
+            let built;
+            let req = if verb == "EVALSHA" && target == 0 {
+                inner.release_request.get_or_init(|| Request::new(command(verb)))
+            } else {
+                built = Request::new(command(verb));
+                &built
+            };
             let hot = c.inner.hot.as_ref();
-            let r = HotConn::query(hot, conn, &inner.pin, &command(verb), waited_on).await;
-            let r = r.and_then(|v| redis::from_redis_value::<i64>(v).map_err(Into::into));
+            let r = HotConn::query(hot, conn, &inner.pin, req, waited_on).await;
+            let mut r = r.and_then(|v| redis::from_redis_value::<i64>(v).map_err(Into::into));
+            if matches!(r, Ok(n) if n < 0) && target == 0 {
+                // Pinned behind an earlier try of this release whose reply was lost: if that try
+                // deleted the hold, this one finds it gone, and the earlier reply says so.
+                if matches!(inner.pin.late_reply(), Some(redis::Value::Int(0))) {
+                    r = Ok(0);
+                }
+            }
             if attempt == 0 && r.as_ref().is_err_and(scripts::is_noscript) {
                 continue;
             }

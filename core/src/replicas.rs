@@ -24,7 +24,7 @@ use redis::{RedisResult, Value};
 
 use crate::client::{Client, Conn};
 use crate::error::{Error, ErrorKind, Result};
-use crate::hot::HotConn;
+use crate::hot::{HotConn, Request};
 use crate::lock::LockInner;
 use crate::{scripts, timing};
 
@@ -45,29 +45,40 @@ pub(crate) async fn acquire(lock: &LockInner, conn: &Conn, queue_ms: Option<u64>
     // On NOSCRIPT, send the script itself (EVAL also caches it on that node for the next
     // EVALSHA). The hot connection and pipelines get no automatic SCRIPT LOAD.
     for verb in ["EVALSHA", "EVAL"] {
-        let mut script = redis::cmd(verb);
-        script.arg(if verb == "EVAL" { ACQUIRE_SOURCE } else { scripts::ACQUIRE.get_hash() });
-        let k = &lock.keys;
-        script.arg(if queue_ms.is_some() { 4 } else { 2 }).arg(&k.hold).arg(&k.fence);
-        if queue_ms.is_some() {
-            script.arg(&k.queue).arg(&k.waiters);
-        }
-        script
-            .arg(&*lock.token)
-            .arg(timing::millis(lock.ttl))
-            .arg(timing::millis(opts.fence_retention))
-            .arg(opts.max_reentrancy);
-        if let Some(ms) = queue_ms {
-            script.arg(ms);
-        }
+        let script = || {
+            let mut script = redis::cmd(verb);
+            script.arg(if verb == "EVAL" { ACQUIRE_SOURCE } else { scripts::ACQUIRE.get_hash() });
+            let k = &lock.keys;
+            script.arg(if queue_ms.is_some() { 4 } else { 2 }).arg(&k.hold).arg(&k.fence);
+            if queue_ms.is_some() {
+                script.arg(&k.queue).arg(&k.waiters);
+            }
+            script
+                .arg(&*lock.token)
+                .arg(timing::millis(lock.ttl))
+                .arg(timing::millis(opts.fence_retention))
+                .arg(opts.max_reentrancy);
+            if let Some(ms) = queue_ms {
+                script.arg(ms);
+            }
+            script
+        };
         let Some(acks) = opts.replica_acks else {
+            let built;
+            let req = if verb == "EVALSHA" && queue_ms.is_none() {
+                lock.acquire_request.get_or_init(|| Request::new(script()))
+            } else {
+                built = Request::new(script());
+                &built
+            };
             let hot = lock.client.inner.hot.as_ref();
-            let waited_on = lock.client.waited_on(&k.channel);
-            match HotConn::query(hot, conn, &lock.pin, &script, waited_on).await {
+            let waited_on = lock.client.waited_on(&lock.keys.channel);
+            match HotConn::query(hot, conn, &lock.pin, req, waited_on).await {
                 Err(e) if verb == "EVALSHA" && scripts::is_noscript(&e) => continue,
                 r => return Ok(Acquired { reply: r?, waited: None }),
             }
         };
+        let script = script();
         let mut wait = redis::cmd("WAIT");
         wait.arg(acks.replicas).arg(timing::millis(acks.timeout).max(1));
         let mut pipe = redis::pipe();
