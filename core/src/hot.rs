@@ -24,8 +24,9 @@
 //!   on one connection. The pin ends with the next answered request, or when the connection it
 //!   names is gone (a closed connection runs nothing more).
 //! * A request abandoned once fully written stays on the hot connection: its reply is skipped
-//!   when it arrives (the multiplexed driver does the same). One abandoned while partly written
-//!   closes the connection (Redis runs no half-received command).
+//!   when it arrives, and kept for the handle that abandoned it ([`HotPin::late_reply`]: a
+//!   release retried behind its first try learns that the first try freed the lock). One
+//!   abandoned while partly written closes the connection (Redis runs no half-received command).
 //!
 //! Not on this path: TLS, Sentinel and Cluster clients, Redlock, `replica_acks` (its `WAIT` must
 //! share the script's connection, replicas.rs), renewals and everything else.
