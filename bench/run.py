@@ -204,9 +204,9 @@ def py_version(dist):
 def targets(args, skipped):
     t = []
     rs = cargo_pkg_version("redis")
-    t.append(Target("rust", "ferrolock", "ferrolock Rust (async)", "rust", ["default", "fair"], f"redis-rs {rs}",
+    t.append(Target("rust", "ferrolock", "ferrolock Rust (async)", "rust", ["default", "fair"], f"redis-rs {rs} + ferrolock hot path",
                     peer=False))
-    t.append(Target("rust", "ferrolock-blocking", "ferrolock Rust (blocking)", "rust", ["default"], f"redis-rs {rs}",
+    t.append(Target("rust", "ferrolock-blocking", "ferrolock Rust (blocking)", "rust", ["default"], f"redis-rs {rs} + ferrolock hot path",
                     peer=False, w2=False))
     if GO_BIN.exists():
         t.append(Target("go", "ferrolock", "ferrolock Go", "go", ["default"], "ferrolock core via the C API (cgo)",
@@ -219,7 +219,7 @@ def targets(args, skipped):
     pyv = py_version("redis")
     only_quick = args.quick
     if py_version("ferrolock"):
-        t.append(Target("python", "ferrolock", "ferrolock Python", "py", ["default", "fair"], "ferrolock core (redis-rs)",
+        t.append(Target("python", "ferrolock", "ferrolock Python", "py", ["default", "fair"], "ferrolock core (redis-rs + hot path)",
                         peer=False))
     else:
         skipped.append(("ferrolock Python", read_status("ferrolock-py", "the binding is not installed in bench/.venv")))
@@ -242,7 +242,7 @@ def targets(args, skipped):
         return t
     iv = node_version("ioredis")
     if os.environ.get("FERROLOCK_NODE") and Path(os.environ["FERROLOCK_NODE"]).exists():
-        t.append(Target("node", "ferrolock", "ferrolock Node", "node", ["default", "fair"], "ferrolock core (redis-rs)",
+        t.append(Target("node", "ferrolock", "ferrolock Node", "node", ["default", "fair"], "ferrolock core (redis-rs + hot path)",
                     peer=False))
     else:
         skipped.append(("ferrolock Node", read_status("ferrolock-node", "the addon was not built")))
