@@ -28,8 +28,8 @@
 //!   release retried behind its first try learns that the first try freed the lock). One
 //!   abandoned while partly written closes the connection (Redis runs no half-received command).
 //!
-//! Not on this path: TLS, Sentinel and Cluster clients, Redlock, `replica_acks` (its `WAIT` must
-//! share the script's connection, replicas.rs), renewals and everything else.
+//! Not on this path: TLS, Sentinel and Cluster clients, Redlock, acquires with `replica_acks`
+//! (their `WAIT` must share the script's connection, replicas.rs), renewals and everything else.
 
 use std::collections::VecDeque;
 use std::io;
