@@ -169,7 +169,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-
 /// How one call on the hot connection ended.
 enum Outcome {
     /// The reply (a server error too).
