@@ -47,7 +47,7 @@ struct Sink {
 static SINK: AtomicPtr<Sink> = AtomicPtr::new(std::ptr::null_mut());
 
 fn sink() -> Option<&'static Sink> {
-    let pid = std::process::id();
+    let pid = crate::runtime::pid();
     let cur = SINK.load(Ordering::Acquire);
     // SAFETY: pointers in SINK come from Box::leak and are never freed.
     if let Some(s) = unsafe { cur.as_ref() }

@@ -18,7 +18,8 @@
 
 use std::future::Future;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::Once;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrolock::driver::Driver;
@@ -55,9 +56,52 @@ impl std::ops::Deref for ProcessRuntime {
 
 static RUNTIME: AtomicPtr<ProcessRuntime> = AtomicPtr::new(std::ptr::null_mut());
 
+/// This process's id, cached: every call checks it (the runtime and each object belong to the
+/// process that made them), and `std::process::id()` is a `getpid` system call each time
+/// (three per lock call before this cache). 0 = not read yet in this process.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+unsafe extern "C" {
+    /// glibc and musl: `child` runs in the child of every `fork()`, from Python or from C.
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> std::ffi::c_int;
+}
+
+/// In a forked child: forget the parent's id (an atomic store: async-signal-safe).
+unsafe extern "C" fn forget_pid_in_child() {
+    PID.store(0, Ordering::Relaxed);
+}
+
+/// This process's id, without a system call once known. The fork handler is registered before
+/// the first id is cached, so a child never sees its parent's.
+pub fn pid() -> u32 {
+    static HANDLER: Once = Once::new();
+    HANDLER.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic; the module is never
+        // unloaded while the process runs.
+        let rc = unsafe { pthread_atfork(None, None, Some(forget_pid_in_child)) };
+        if rc != 0 {
+            // Without the handler the cache would be wrong after fork(): keep reading.
+            PID.store(u32::MAX, Ordering::Relaxed);
+        }
+    });
+    match PID.load(Ordering::Relaxed) {
+        u32::MAX => std::process::id(),
+        0 => {
+            let p = std::process::id();
+            PID.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
+
 /// This process's runtime, built on first use (and again in a forked child).
 pub fn runtime(py: Python<'_>) -> PyResult<&'static ProcessRuntime> {
-    let pid = std::process::id();
+    let pid = pid();
     let cur = RUNTIME.load(Ordering::Acquire);
     // SAFETY: pointers stored in RUNTIME come from Box::leak and are never freed.
     if let Some(p) = unsafe { cur.as_ref() }
@@ -93,12 +137,12 @@ pub struct ProcessLocal<T> {
 
 impl<T> ProcessLocal<T> {
     pub fn new(value: T) -> Self {
-        ProcessLocal { pid: std::process::id(), value: ManuallyDrop::new(value) }
+        ProcessLocal { pid: pid(), value: ManuallyDrop::new(value) }
     }
 
     /// The value, or a `ClosedError` in a forked child.
     pub fn get(&self, py: Python<'_>) -> PyResult<&T> {
-        if self.pid == std::process::id() {
+        if self.pid == pid() {
             Ok(&self.value)
         } else {
             Err(errors::closed(
@@ -112,17 +156,13 @@ impl<T> ProcessLocal<T> {
 
 impl<T: std::fmt::Debug> std::fmt::Debug for ProcessLocal<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.pid == std::process::id() {
-            self.value.fmt(f)
-        } else {
-            f.write_str("<inherited across fork>")
-        }
+        if self.pid == pid() { self.value.fmt(f) } else { f.write_str("<inherited across fork>") }
     }
 }
 
 impl<T> Drop for ProcessLocal<T> {
     fn drop(&mut self) {
-        if self.pid == std::process::id() {
+        if self.pid == pid() {
             // SAFETY: dropped exactly once, here.
             unsafe { ManuallyDrop::drop(&mut self.value) }
         }

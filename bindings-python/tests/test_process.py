@@ -97,6 +97,36 @@ def test_fork_child_leaves_the_parents_hold_alone(redis: RedisServer, name: str)
     held.release()
 
 
+def test_a_fork_from_c_is_noticed_too(redis: RedisServer, name: str) -> None:
+    """fork() called from C skips ``os.register_at_fork``: the binding's cached process id must
+    still change in the child (a ``pthread_atfork`` handler), or the child would release the
+    parent's hold through the parent's runtime."""
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork")
+    import ctypes
+
+    libc_fork = ctypes.PyDLL(None).fork  # PyDLL: the GIL stays held across the call
+    libc_fork.restype = ctypes.c_int
+    client = ferrolock.Client.connect(redis.url)
+    held = client.lock(name, ttl=5).acquire()
+    held.remaining()  # the process id is cached by now
+    pid = libc_fork()
+    if pid == 0:
+        code = 1
+        try:
+            held.release()
+        except ferrolock.ClosedError:
+            code = 0
+        except BaseException:  # noqa: BLE001
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    info = client.inspect(name)
+    assert info is not None and info.fence == held.fence and info.count == 1
+    held.release()
+
+
 EXIT_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys, ferrolock
