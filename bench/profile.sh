@@ -5,7 +5,8 @@
 # difference between a 1500-pair and a 500-pair run, divided by 1000), and the server's instructions
 # per pair for ferrolock's scripts against a bare SET NX PX + compare-and-delete (bench/py/server_cost.py),
 # and the same pair sent through thinner client stacks (client-stack: ferrolock, redis-rs alone, a
-# bare tokio socket, a bare blocking socket).
+# bare tokio socket, a bare blocking socket), and per language (bench/py/account.py) the client's
+# and the server's CPU per pair.
 # Usage: bash bench/profile.sh   (after bench/run.sh has built the driver and the venv)
 # Prints Markdown on stdout.
 set -euo pipefail
@@ -67,6 +68,11 @@ echo
 STACK=${CARGO_TARGET_DIR:-target}/release/client-stack
 [ -x "$STACK" ] || cargo build --release --quiet -p ferrolock-bench --bin client-stack
 taskset -c 0 "$STACK" "$port" 5000 3
+echo
+echo "### Per language: where one pair's time goes (µs per pair, client on the server's core)"
+echo
+GO_BIN=${CARGO_TARGET_DIR:-target}/release/ferrolock-bench-go
+python3 bench/py/account.py --port "$port" --rust "$BIN" --go "$GO_BIN" --python "$PY" --node-dir bench/node/ferrolock-pkg
 echo
 if command -v valgrind >/dev/null 2>&1; then
   echo "### Rust client instructions per acquire+release pair (callgrind, 1500-pair run minus 500-pair run)"
