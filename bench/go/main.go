@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,7 +139,9 @@ func w1(redisURL string, n, warmup, reps int, bounded bool) (map[string]any, err
 	}
 	return map[string]any{
 		"ok": true, "lib_version": "0.1.0", "api": "Lock.Acquire(ctx with 10 s timeout) / Held.Release",
-		"settings": map[string]any{"renew": "never", "ttl_ms": ttl.Milliseconds()},
+		// GOMAXPROCS: 1 when pinned to one CPU, which costs a processor handoff per blocking C call
+		// (bench/README.md, "Where the time goes").
+		"settings": map[string]any{"renew": "never", "ttl_ms": ttl.Milliseconds(), "gomaxprocs": runtime.GOMAXPROCS(0)},
 		"runtime":  "Go (cgo) over the C API (the core's blocking facade)",
 		"params":   map[string]any{"n": n, "warmup": warmup, "reps": reps, "ttl_ms": ttl.Milliseconds()},
 		"reps":     out, "counters": map[string]any{"total_cmds": after - before - 1},
