@@ -521,6 +521,57 @@ fn b10_connection_drop_during_release_retry_succeeds() {
     assert_eq!(pttl(&server, HOLD), -2, "the retried release must free the lock");
 }
 
+/// B10 on the multiplexed connection (TLS, Sentinel and Cluster clients use no other; so does a
+/// plain one with the hot path off): the server stalls past the response timeout while a release
+/// is on the wire; the first try runs when it resumes, so the retry finds the hold gone. That is
+/// not reported `LOST` when nobody was granted the lock since this hold's grant. Control: when
+/// the lease ran out and another owner took the lock before the release, the same sequence
+/// still reports `LOST`.
+#[test]
+fn b10_a_late_release_on_the_multiplexed_connection_is_not_a_loss() {
+    let server = Arc::new(RedisServer::start_with(&["--enable-debug-command", "yes"]));
+    let mut o = opts();
+    o.response_timeout = Duration::from_secs(1);
+    o.connect_timeout = Duration::from_secs(2);
+    let c = blocking::Client::connect(&server.url(), o).unwrap();
+    assert!(c.as_async().set_hot_path_for_tests(false), "a redis:// client has a hot path to turn off");
+    // Busy for 1.3 s (a slow command): the first try times out after 1 s, and its retry
+    // reaches the server after it.
+    let stall = |server: &Arc<RedisServer>| {
+        use std::io::{Read, Write};
+        let s = server.clone();
+        let t = std::thread::spawn(move || s.cmd::<String>(&["DEBUG", "SLEEP", "1.3"]));
+        // Until a PING goes unanswered: the server is inside the slow command.
+        let mut probe = std::net::TcpStream::connect(addr(server)).unwrap();
+        probe.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        while probe.write_all(b"PING\r\n").is_ok() && probe.read(&mut [0u8; 64]).is_ok() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        t
+    };
+    // Scripts loaded first: the first try must be an EVALSHA that runs, not a NOSCRIPT.
+    let lock = c.lock("b", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    lock.acquire(None).unwrap().release().unwrap();
+    let g = lock.acquire(None).unwrap();
+    let t = stall(&server);
+    let r = g.release();
+    t.join().unwrap();
+    assert!(r.is_ok(), "the first try released the lock and nobody else held it: {r:?}");
+    assert_eq!(pttl(&server, HOLD), -2);
+
+    let g = c.lock("b", LockOptions::lease(Duration::from_millis(200))).unwrap().acquire(None).unwrap();
+    let other = blocking::Client::connect(&server.url(), opts()).unwrap();
+    let theirs = other.lock("b", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let theirs = theirs.acquire(Some(Duration::from_secs(2))).expect("the other owner takes the lock");
+    let t = stall(&server);
+    let r = g.release();
+    t.join().unwrap();
+    let e = r.expect_err("control: the lease ran out and another owner took the lock");
+    assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
+    assert!(pttl(&server, HOLD) > 0, "the release deleted nothing of the new owner's");
+    assert!(theirs.fence() > g.fence());
+}
+
 /// B11 (redis-py uuid1 tokens): 128-bit CSPRNG tokens: 10^6 without duplicates, hex digits
 /// uniform (chi-square). Control: the same statistic flags a time-based generator.
 #[test]

@@ -281,6 +281,15 @@ impl Lock {
         }
     }
 
+    /// Whether the fence counter still holds `fence`: no grant of this lock since the one that
+    /// gave it (every grant raises the counter). False when it cannot tell (no reply, or the
+    /// counter idled out).
+    async fn no_grant_since(&self, conn: &crate::client::Conn, fence: u64) -> bool {
+        let r: redis::RedisResult<Option<u64>> =
+            redis::cmd("GET").arg(&self.inner.keys.fence).query_async(&mut conn.clone()).await;
+        matches!(r, Ok(Some(f)) if f == fence)
+    }
+
     pub(crate) fn timed_out(&self) -> Error {
         Error::new(ErrorKind::AcquireTimeout, "the wait elapsed before the lock was free")
     }
@@ -461,6 +470,7 @@ impl Lock {
             cmd
         };
         let waited_on = c.waited_on(&inner.keys.channel);
+        let mut unknown = false; // an earlier try may have run although its reply was lost
         for attempt in 0..2 {
             // The retry carries the script itself: the first try's reply may have been a
             // NOSCRIPT that nobody saw (a stopped or restarted server answers in order once it
@@ -480,6 +490,14 @@ impl Lock {
                 // Pinned behind an earlier try of this release whose reply was lost: if that try
                 // deleted the hold, this one finds it gone, and the earlier reply says so.
                 if matches!(inner.pin.late_reply(), Some(redis::Value::Int(0))) {
+                    r = Ok(0);
+                } else if unknown
+                    && let Some(fence) = level.fence
+                    && self.no_grant_since(conn, fence).await
+                {
+                    // The multiplexed connection drops late replies: the earlier try most
+                    // likely deleted the hold. Nobody was granted the lock since this hold's
+                    // grant either way, so no other owner overlapped it: not a loss.
                     r = Ok(0);
                 }
             }
@@ -501,6 +519,7 @@ impl Lock {
                         return Err(err);
                     }
                     last = Some(err); // the reply was lost, not the request: retry is safe
+                    unknown = true;
                 }
             }
         }
