@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of the benchmark harness (bench/run.sh --quick, about 1–2 minutes: ferrolock Rust W1/W2/W3/W5,
 # W4, raw redis-py and redis-py Lock; no Node, no bindings): it must run end to
-# end and produce its JSON lines, summary and charts. It never fails on a number; only a broken
-# harness (a driver that cannot run, no ferrolock W1 line, no floor, no chart) fails it.
+# end and produce its JSON lines, summary and charts; then bench/py/account.py runs the Rust drivers
+# for a few pairs. It never fails on a number; only a broken harness (a driver that cannot run, no
+# ferrolock W1 line, no floor, no chart, no account row) fails it.
 # Results go to a temporary directory so CI never dirties bench/results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +24,15 @@ missing = need - have
 assert not missing, f"harness produced no ok line for {missing}"
 print(f"bench smoke: {len(lines)} lines, workloads {sorted({l['workload'] for l in lines})}")
 PY
+# The per-language account (bench/py/account.py, printed by bench/profile.sh): Rust drivers only,
+# a few pairs, against a throwaway server; it must print a row with numbers for each.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$out" --loglevel warning \
+  --daemonize no >/dev/null 2>&1 &
+rpid=$!
+trap 'kill "$rpid" 2>/dev/null; wait "$rpid" 2>/dev/null; rm -rf "$out"' EXIT
+for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+# (account.py exits non-zero when a driver it was given produced no row.)
+python3 bench/py/account.py --port "$port" --rounds 1 --short 20 --long 80 --warmup 5 \
+  --rust "${CARGO_TARGET_DIR:-target}/release/ferrolock-bench"
 echo "test-bench: harness smoke test passed"

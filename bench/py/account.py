@@ -133,10 +133,12 @@ def main() -> None:
     print("| client (W1 driver) | wall µs per pair | client CPU | server CPU | neither on CPU | "
           "client context switches |")
     print("|---|---:|---:|---:|---:|---:|")
+    failed = []
     for name, _ in drivers:
         row = per[name]
         if not row:
             print(f"| {name} | failed | | | | |")
+            failed.append(name)
             continue
         med = {k: statistics.median(v) for k, v in row.items()}
         rest = med["wall"] - med["cpu"] - med["server"]
@@ -144,6 +146,8 @@ def main() -> None:
     print()
     print(f"Medians of {a.rounds} interleaved rounds; CPU columns from the difference between a {a.long}-pair "
           f"and a {a.short}-pair run of each driver (start-up and warm-up cancel), µs per pair.")
+    if failed:
+        sys.exit(f"account.py: no measurement for {', '.join(failed)}")
 
 
 if __name__ == "__main__":
