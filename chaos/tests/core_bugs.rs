@@ -300,3 +300,61 @@ fn redlock_no_ghost_hold_after_reentry_undo_on_a_master_stopped_past_the_lease()
     let on_2 = redlock_reentry_undone_on_a_master_stopped_past_the_lease(true);
     eprintln!("master 2 after it resumed (owner, count, fence): {on_2:?}");
 }
+
+/// Masters 1 and 2 stop for 870 ms while the handle releases (node timeout 1 s): the release's
+/// EVALSHA gets no reply within ¾ of the timeout, so the same release follows as EVAL in the
+/// same lane slot; both run when the masters resume, the EVALSHA deletes the hold and the EVAL
+/// finds it gone. `taken` = true is the control: the lease ran out and another owner took the
+/// lock on every master before the release, so the same sequence must still report `LOST`.
+fn redlock_release_answered_late_by_a_majority(taken: bool) -> Result<(), ferrolock::Error> {
+    let servers = ferrolock_testkit::start_many(3);
+    let mut o = ClientOptions::default();
+    o.redlock_node_timeout = Duration::from_secs(1);
+    o.response_timeout = Duration::from_secs(2);
+    o.connect_timeout = Duration::from_millis(500);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let c = blocking::Client::connect_redlock(&urls, o.clone()).expect("connect_redlock");
+    // Scripts cached first: the release's first try must be an EVALSHA that runs.
+    let lease = Duration::from_millis(if taken { 300 } else { 30_000 });
+    let lock = c.lock("late", LockOptions::lease(lease)).expect("lock");
+    lock.acquire(Some(Duration::from_secs(2))).expect("warm-up acquire").release().expect("warm-up release");
+    let g = lock.acquire(Some(Duration::from_secs(2))).expect("acquire");
+    let mut theirs = None;
+    if taken {
+        let other = blocking::Client::connect_redlock(&urls, o).expect("connect_redlock");
+        let l = other.lock("late", LockOptions::lease(Duration::from_secs(30))).expect("lock");
+        let t = l.acquire(Some(Duration::from_secs(3))).expect("the other owner takes the expired lock");
+        assert!(t.fence() > g.fence());
+        theirs = Some((other, t));
+    }
+    servers[1].pause();
+    servers[2].pause();
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(870)); // past ¾ of the node timeout, before it
+            servers[1].resume();
+            servers[2].resume();
+        });
+        g.release()
+    });
+    let left: Vec<_> = servers.iter().map(|s| hold_on(s, "late")).collect();
+    match &theirs {
+        None => assert!(left.iter().all(Option::is_none), "the release left holds: {left:?}"),
+        Some(_) => {
+            assert!(left.iter().all(Option::is_some), "the release deleted the other owner's holds: {left:?}")
+        }
+    }
+    r
+}
+
+#[test]
+fn b_core_redlock_release_answered_late_by_a_majority_is_not_a_loss() {
+    let r = redlock_release_answered_late_by_a_majority(false);
+    assert!(r.is_ok(), "the first tries released the lock and nobody else held it: {r:?}");
+}
+
+#[test]
+fn control_redlock_release_answered_late_after_another_owner_took_the_lock_is_lost() {
+    let r = redlock_release_answered_late_by_a_majority(true);
+    assert_eq!(r.map_err(|e| e.kind()), Err(ErrorKind::Lost));
+}

@@ -435,7 +435,7 @@ impl Lock {
         let c = &inner.client;
         let (conn, notifier) = match &c.inner.backend {
             Backend::Single { conn, notifier } => (conn, notifier),
-            Backend::Quorum(q) => return q.clone().release(self, target).await,
+            Backend::Quorum(q) => return q.clone().release(self, target, level.fence).await,
             // (Redlock's undo has its own per-master rules: docs/REDLOCK.md.)
         };
         let before = if target == 0 { notifier.releasing(&inner.keys.channel) } else { None };

@@ -888,8 +888,9 @@ impl Quorum {
     // ---- release, extend, renewal ----
 
     /// Set this token's count to `target` on every master (0: compare-and-delete and publish).
-    /// Returns `target`, or -1 when a majority says this token does not hold the lock.
-    pub async fn release(self: Arc<Self>, lock: &Lock, target: u32) -> Result<i64> {
+    /// Returns `target`, or -1 when a majority says this token does not hold the lock. `fence`:
+    /// the hold's fence, to tell a release whose first try ran unseen from a lost hold.
+    pub async fn release(self: Arc<Self>, lock: &Lock, target: u32, fence: Option<u64>) -> Result<i64> {
         let inner = &lock.inner;
         let t0 = Instant::now();
         // A lagging (stopped, slow) master gets one full release per handle after its last
@@ -907,11 +908,17 @@ impl Quorum {
         // same lane slot (so nothing of this handle runs in between; the release is idempotent),
         // by the same release as EVAL. Both are decided at the turn, not when the release is
         // issued: behind an acquire that timed out, the master is known to lag by then.
+        // That EVAL runs after the EVALSHA, so when the EVALSHA deleted the hold (its reply
+        // unseen) the EVAL finds nothing: at count 0 that master then counts as released if its
+        // fence counter still holds the hold's token (nobody was granted there since: the
+        // counter holds it where the grant returned it or the write-back reached), not as "not
+        // the owner". Elsewhere the check fails: a possible false LOST, never a missed one.
         let patience = self.timeout() * 3 / 4;
         let mut round = self.fan_out(&class, Some(&inner.lanes), |i, mut conn| {
             let mut inv = scripts::RELEASE.key(&inner.keys.hold);
             inv.arg(&*inner.token).arg(&inner.keys.channel).arg(target);
             let eval = release_eval(&inner.keys.hold, &inner.token, &inner.keys.channel, target);
+            let fence_key = inner.keys.fence.clone();
             let node = self.nodes[i].clone();
             let touched = inner.lanes[i].touched.clone();
             let generation = touched.now();
@@ -933,7 +940,12 @@ impl Quorum {
                 } else {
                     match tokio::time::timeout(patience, inv.invoke_async::<i64>(&mut conn)).await {
                         Ok(r) => r?,
-                        Err(_) => eval.query_async::<i64>(&mut conn).await?,
+                        Err(_) => {
+                            let r = eval.query_async::<i64>(&mut conn).await?;
+                            let ran_unseen =
+                                r < 0 && target == 0 && fence_is(&mut conn, &fence_key, fence).await;
+                            if ran_unseen { 0 } else { r }
+                        }
                     }
                 };
                 if target == 0 || r < 0 {
@@ -1303,6 +1315,13 @@ const FLOOR_LEAD: Duration = Duration::from_secs(1);
 fn fence_floor() -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     (now + FLOOR_LEAD).as_micros().to_string()
+}
+
+/// Whether the master's fence counter holds exactly `fence` (false when it cannot tell).
+async fn fence_is(conn: &mut ConnectionManager, key: &[u8], fence: Option<u64>) -> bool {
+    let Some(fence) = fence else { return false };
+    let r: redis::RedisResult<Option<u64>> = redis::cmd("GET").arg(key).query_async(conn).await;
+    matches!(r, Ok(Some(f)) if f == fence)
 }
 
 /// `release.lua` as `EVAL` with the script text, for a release or undo whose reply may never be
