@@ -301,7 +301,7 @@ fn redlock_no_ghost_hold_after_reentry_undo_on_a_master_stopped_past_the_lease()
     eprintln!("master 2 after it resumed (owner, count, fence): {on_2:?}");
 }
 
-/// Masters 1 and 2 stop for 870 ms while the handle releases (node timeout 1 s): the release's
+/// Masters 1 and 2 stop for 2.5 s while the handle releases (node timeout 3 s): the release's
 /// EVALSHA gets no reply within ¾ of the timeout, so the same release follows as EVAL in the
 /// same lane slot; both run when the masters resume, the EVALSHA deletes the hold and the EVAL
 /// finds it gone. `taken` = true is the control: the lease ran out and another owner took the
@@ -309,8 +309,11 @@ fn redlock_no_ghost_hold_after_reentry_undo_on_a_master_stopped_past_the_lease()
 fn redlock_release_answered_late_by_a_majority(taken: bool) -> Result<(), ferrolock::Error> {
     let servers = ferrolock_testkit::start_many(3);
     let mut o = ClientOptions::default();
-    o.redlock_node_timeout = Duration::from_secs(1);
-    o.response_timeout = Duration::from_secs(2);
+    // Wide margins on both sides of the resume: ¾ of the timeout (2.25 s) before it, 0.5 s
+    // after it for a loaded machine's late wake-up (past the timeout the masters' answers would
+    // be missing, and the control would read "no quorum" instead of LOST).
+    o.redlock_node_timeout = Duration::from_secs(3);
+    o.response_timeout = Duration::from_secs(4);
     o.connect_timeout = Duration::from_millis(500);
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     let c = blocking::Client::connect_redlock(&urls, o.clone()).expect("connect_redlock");
@@ -331,7 +334,7 @@ fn redlock_release_answered_late_by_a_majority(taken: bool) -> Result<(), ferrol
     servers[2].pause();
     let r = std::thread::scope(|s| {
         s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(870)); // past ¾ of the node timeout, before it
+            std::thread::sleep(Duration::from_millis(2500)); // past ¾ of the node timeout, before it
             servers[1].resume();
             servers[2].resume();
         });
