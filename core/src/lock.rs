@@ -281,15 +281,6 @@ impl Lock {
         }
     }
 
-    /// Whether the fence counter still holds `fence`: no grant of this lock since the one that
-    /// gave it (every grant raises the counter). False when it cannot tell (no reply, or the
-    /// counter idled out).
-    async fn no_grant_since(&self, conn: &crate::client::Conn, fence: u64) -> bool {
-        let r: redis::RedisResult<Option<u64>> =
-            redis::cmd("GET").arg(&self.inner.keys.fence).query_async(&mut conn.clone()).await;
-        matches!(r, Ok(Some(f)) if f == fence)
-    }
-
     pub(crate) fn timed_out(&self) -> Error {
         Error::new(ErrorKind::AcquireTimeout, "the wait elapsed before the lock was free")
     }
@@ -493,7 +484,7 @@ impl Lock {
                     r = Ok(0);
                 } else if unknown
                     && let Some(fence) = level.fence
-                    && self.no_grant_since(conn, fence).await
+                    && no_grant_since(&mut conn.clone(), &inner.keys.fence, fence).await
                 {
                     // The multiplexed connection drops late replies: the earlier try most
                     // likely deleted the hold. Nobody was granted the lock since this hold's
@@ -535,6 +526,18 @@ impl fmt::Debug for Lock {
             .field("renew", &self.inner.renew)
             .finish_non_exhaustive()
     }
+}
+
+/// Whether the fence counter `key` (on one server) still holds `fence`: no grant of the lock
+/// there since the one that gave it (every grant raises the counter). False when it cannot tell
+/// (no reply, or the counter idled out).
+pub(crate) async fn no_grant_since<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    key: &[u8],
+    fence: u64,
+) -> bool {
+    let r: redis::RedisResult<Option<u64>> = redis::cmd("GET").arg(key).query_async(conn).await;
+    matches!(r, Ok(Some(f)) if f == fence)
 }
 
 /// A handle's level on the server: its reentrancy count and the fence of that hold.

@@ -32,7 +32,7 @@ use crate::client::{Client, LockInfo, Target, as_array, bytes_at, int_at, parse_
 use crate::error::{Error, ErrorKind, Result};
 use crate::hold::Hold;
 use crate::keys::Keys;
-use crate::lock::{Guard, Lock};
+use crate::lock::{Guard, Lock, no_grant_since};
 use crate::notify::{Notifier, Subscription};
 use crate::options::ClientOptions;
 use crate::watchdog::{Due, Outcome};
@@ -910,7 +910,7 @@ impl Quorum {
         // issued: behind an acquire that timed out, the master is known to lag by then.
         // That EVAL runs after the EVALSHA, so when the EVALSHA deleted the hold (its reply
         // unseen) the EVAL finds nothing: at count 0 that master then counts as released if its
-        // fence counter still holds the hold's token (nobody was granted there since: the
+        // fence counter still holds the hold's fence (nobody was granted there since: the
         // counter holds it where the grant returned it or the write-back reached), not as "not
         // the owner". Elsewhere the check fails: a possible false LOST, never a missed one.
         let patience = self.timeout() * 3 / 4;
@@ -942,8 +942,12 @@ impl Quorum {
                         Ok(r) => r?,
                         Err(_) => {
                             let r = eval.query_async::<i64>(&mut conn).await?;
-                            let ran_unseen =
-                                r < 0 && target == 0 && fence_is(&mut conn, &fence_key, fence).await;
+                            let ran_unseen = match fence {
+                                Some(f) if r < 0 && target == 0 => {
+                                    no_grant_since(&mut conn, &fence_key, f).await
+                                }
+                                _ => false,
+                            };
                             if ran_unseen { 0 } else { r }
                         }
                     }
@@ -1315,13 +1319,6 @@ const FLOOR_LEAD: Duration = Duration::from_secs(1);
 fn fence_floor() -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     (now + FLOOR_LEAD).as_micros().to_string()
-}
-
-/// Whether the master's fence counter holds exactly `fence` (false when it cannot tell).
-async fn fence_is(conn: &mut ConnectionManager, key: &[u8], fence: Option<u64>) -> bool {
-    let Some(fence) = fence else { return false };
-    let r: redis::RedisResult<Option<u64>> = redis::cmd("GET").arg(key).query_async(conn).await;
-    matches!(r, Ok(Some(f)) if f == fence)
 }
 
 /// `release.lua` as `EVAL` with the script text, for a release or undo whose reply may never be
