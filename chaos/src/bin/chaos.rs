@@ -651,7 +651,7 @@ struct Ctx {
     /// Clients a nemesis is acting on (paused or being killed): the other nemesis leaves them.
     busy: Mutex<std::collections::HashSet<u32>>,
     /// Held by a nemesis for the whole of a fault that stops the lock service (a master paused,
-    /// or killed until restarted) and of a holder pause: a control's holder pause must not fall
+    /// killed until restarted, write-paused or at its connection limit) and of a holder pause: a control's holder pause must not fall
     /// inside a master outage, where no one else could take the lock and nothing would overlap.
     outage: Mutex<()>,
 }
@@ -1323,7 +1323,11 @@ fn nemesis(ctx: &Ctx, fault: Fault, masters: usize, seed: u64) {
                         let r = resp::once(&a, &["CLIENT", "KILL", "TYPE", "normal"]);
                         ctx.log("client_kill", "kill", json!({"node": i, "reply": format!("{r:?}")}));
                     }
+                    // The write pause and the connection limit stop the lock service like a
+                    // master outage: a control's holder pause must not fall inside them (nobody
+                    // could take the lock, and the control would see no overlap).
                     1 => {
+                        let _outage = ctx.outage.lock().unwrap_or_else(|p| p.into_inner());
                         let r = resp::once(&a, &["CLIENT", "PAUSE", "1500", "WRITE"]);
                         ctx.log(
                             "client_pause",
@@ -1333,6 +1337,7 @@ fn nemesis(ctx: &Ctx, fault: Fault, masters: usize, seed: u64) {
                         ctx.sleep(Duration::from_millis(1500));
                     }
                     _ => {
+                        let _outage = ctx.outage.lock().unwrap_or_else(|p| p.into_inner());
                         let r = resp::once(&a, &["CONFIG", "SET", "maxclients", "1"]);
                         let k = resp::once(&a, &["CLIENT", "KILL", "TYPE", "normal"]);
                         ctx.log(
