@@ -789,7 +789,7 @@ impl Guard {
             // held and renewed (a chaos run saw one Node handle re-enter it for every later grant).
             Err(e) if target > 0 && e.kind().is_transient() => Ok(()),
             Err(e) => {
-                if !self.hold.is_final() {
+                if target == 0 && !self.hold.is_final() {
                     c.watchdog.register(&self.hold, lock.inner.hold_key.clone(), lock.inner.token.clone());
                 }
                 Err(e)

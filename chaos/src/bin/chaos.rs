@@ -651,8 +651,9 @@ struct Ctx {
     /// Clients a nemesis is acting on (paused or being killed): the other nemesis leaves them.
     busy: Mutex<std::collections::HashSet<u32>>,
     /// Held by a nemesis for the whole of a fault that stops the lock service (a master paused,
-    /// killed until restarted, write-paused or at its connection limit) and of a holder pause: a control's holder pause must not fall
-    /// inside a master outage, where no one else could take the lock and nothing would overlap.
+    /// killed until restarted, write-paused or at its connection limit) and of a holder pause:
+    /// a control's holder pause must not fall inside such an outage, where no one else could
+    /// take the lock and nothing would overlap.
     outage: Mutex<()>,
 }
 
