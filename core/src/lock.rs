@@ -462,6 +462,7 @@ impl Lock {
         };
         let waited_on = c.waited_on(&inner.keys.channel);
         let mut unknown = false; // an earlier try may have run although its reply was lost
+        let mut hand_on = None;
         for attempt in 0..2 {
             // The retry carries the script itself: the first try's reply may have been a
             // NOSCRIPT that nobody saw (a stopped or restarted server answers in order once it
@@ -475,8 +476,24 @@ impl Lock {
                 &built
             };
             let hot = c.inner.hot.as_ref();
-            let r = HotConn::query(hot, conn, &inner.pin, req, waited_on).await;
+            let query = HotConn::query(hot, conn, &inner.pin, req, waited_on);
+            // A full release while handles of this client wait (default mode, single server):
+            // once the request is queued (its first poll), wake the next waiter at once, so its
+            // try follows the release on the wire instead of a round trip after the release's
+            // message (notify.rs, "Hand-on").
+            let r = match before.filter(|_| attempt == 0 && waited_on && !inner.fair && !conn.sharded()) {
+                Some(before) => {
+                    let channel = &inner.keys.channel;
+                    after_first_poll(query, || hand_on = notifier.hand_on(channel, before)).await
+                }
+                None => query.await,
+            };
             let mut r = r.and_then(|v| redis::from_redis_value::<i64>(v).map_err(Into::into));
+            if let Some(h) = hand_on.take() {
+                // The request the early wake followed: did it delete the hold? (Not a retry of
+                // it: the woken waiter's try may have run before that.)
+                h.settle(matches!(r, Ok(0)));
+            }
             if matches!(r, Ok(n) if n < 0) && target == 0 {
                 // Pinned behind an earlier try of this release whose reply was lost: if that try
                 // deleted the hold, this one finds it gone, and the earlier reply says so.
@@ -526,6 +543,22 @@ impl fmt::Debug for Lock {
             .field("renew", &self.inner.renew)
             .finish_non_exhaustive()
     }
+}
+
+/// Runs `fut`; `then` runs once, right after its first poll if that poll did not finish it.
+async fn after_first_poll<T>(fut: impl std::future::Future<Output = T>, then: impl FnOnce()) -> T {
+    let mut fut = std::pin::pin!(fut);
+    let mut then = Some(then);
+    std::future::poll_fn(|cx| {
+        let p = fut.as_mut().poll(cx);
+        if p.is_pending()
+            && let Some(f) = then.take()
+        {
+            f();
+        }
+        p
+    })
+    .await
 }
 
 /// Whether the fence counter `key` (on one server) still holds `fence`: no grant of the lock

@@ -16,7 +16,10 @@
 //! - Pushes and replies share one connection, in server order (a lock this client waits on keeps
 //!   its requests off the hot-path connection, hot.rs): a message that is pending when a
 //!   try's "granted" reply is read was published before that try ran, i.e. it is the release that
-//!   this grant followed, so a granted waiter consumes its wake.
+//!   this grant followed, so a granted waiter consumes its wake. (The connection manager hands
+//!   pushes over through a task of its own, so a message can also be delivered after the reply
+//!   that trailed it; it then wakes a waiter whose try finds the lock held: a try for nothing,
+//!   never a lost wake.)
 //! - Redis sends a connection's *own* release message right after that release's reply. So a
 //!   releaser that re-acquires at once would reach the server before the waiter its message is
 //!   about to wake: a newcomer of this client waits ([`Subscription::turn`], bounded) until that
@@ -27,6 +30,14 @@
 //!   waiter.
 //! - A lost connection wakes every waiter (they retry and re-read the holder's PTTL); the
 //!   connection manager resubscribes.
+//!
+//! Hand-on (single node, default mode): when this client fully releases a lock that its own
+//! handles wait on, the next waiter is woken as soon as the release is queued on the connection
+//! ([`Notifier::hand_on`]), so that its try follows the release on the wire: handing the lock
+//! from one task or thread to another of the same client costs no round trip after the
+//! release's message. That message (the first one delivered after the release went out) then
+//! wakes nobody else if the release deleted the hold and the early try was granted; in every
+//! other outcome its wake is handed on once the outcome is known ([`HandOnState`]).
 //!
 //! Fair mode (docs/PROTOCOL.md): a release that hands the lock to a queued waiter publishes
 //! `G:<token>:<fence>` instead of the hold's key. That message wakes only the waiter of this
@@ -58,6 +69,8 @@ struct Slot {
     woken: AtomicBool,
     /// A wake was consumed by a mark and the try after it has not reported "held" yet.
     owed: AtomicBool,
+    /// Woken by a hand-on: its next try's outcome is reported to the channel.
+    handed: AtomicBool,
     notify: Notify,
     /// Wake-one (FIFO) or every message (Redlock).
     fifo: bool,
@@ -93,6 +106,29 @@ struct Chan {
     /// the script's reply, so the releaser sees its reply first).
     delivered: u64,
     expect: u64,
+    /// A hand-on in progress ([`Notifier::hand_on`]).
+    hand_on: Option<HandOnState>,
+}
+
+/// A release of this client that woke a waiter before its message ([`Notifier::hand_on`]).
+///
+/// The first message delivered after the release went out (the release's own, or an older one
+/// that trailed) wakes no FIFO waiter at once: it is *absorbed*. It stays absorbed only if the
+/// release deleted the hold and the waiter woken early was granted by its next try: that grant
+/// came after the release, so the lock is held again and a wake would only cost a try. In any
+/// other outcome (release not deleting or unanswered, the woken waiter found the lock held, or
+/// left) the absorbed wake is handed on as soon as that is known: the woken waiter's try may
+/// have reached the server before the release (it can go out on another connection).
+struct HandOnState {
+    id: u64,
+    /// The waiter woken early.
+    waiter: u64,
+    /// The first message since `before` woke no FIFO waiter.
+    absorbed: bool,
+    /// The release deleted the hold (`Some(true)`), or did not / is unknown (`Some(false)`).
+    deleted: Option<bool>,
+    /// The woken waiter's next try: granted (`Some(true)`), or held / left (`Some(false)`).
+    granted: Option<bool>,
 }
 
 impl Chan {
@@ -100,9 +136,16 @@ impl Chan {
     /// pending wake; a fair grant (token, fence) wakes only the FIFO waiter queued with that
     /// token, if it is one of this client's.
     fn deliver(&mut self, grant: Option<(&[u8], u64)>) {
+        let mut fifo_done = false;
+        if grant.is_none()
+            && let Some(h) = &mut self.hand_on
+            && !h.absorbed
+        {
+            h.absorbed = true; // the first message since the release went out: see HandOnState
+            fifo_done = true;
+        }
         self.delivered += 1;
         self.turn.notify_waiters();
-        let mut fifo_done = false;
         for slot in self.waiters.values() {
             if !slot.fifo {
                 slot.wake();
@@ -117,16 +160,41 @@ impl Chan {
                 fifo_done = true;
             }
         }
+        self.resolve_hand_on();
     }
 
-    /// The next FIFO waiter without a pending wake gets one (a wake handed on).
-    fn pass_on(&self) {
-        if let Some(slot) = self.waiters.values().find(|s| s.fifo && !s.woken.load(Ordering::Acquire)) {
-            slot.wake();
+    /// End the hand-on once its outcome is known (see [`HandOnState`]).
+    fn resolve_hand_on(&mut self) {
+        let Some(h) = &self.hand_on else { return };
+        let failed = h.deleted == Some(false) || h.granted == Some(false);
+        let kept = h.deleted == Some(true) && h.granted == Some(true);
+        if !(failed || kept && h.absorbed) {
+            return; // (kept, not absorbed yet: the release's message absorbs when it comes)
+        }
+        let owed = h.absorbed && failed;
+        self.hand_on = None;
+        if owed {
+            self.pass_on();
         }
     }
 
-    fn wake_all(&self) {
+    /// The hand-on's waiter `id` reports its try: granted, or held / left.
+    fn hand_on_try(&mut self, id: u64, granted: bool) {
+        if let Some(h) = self.hand_on.as_mut().filter(|h| h.waiter == id && h.granted.is_none()) {
+            h.granted = Some(granted);
+            self.resolve_hand_on();
+        }
+    }
+
+    /// The next FIFO waiter without a pending wake gets one (a wake handed on); returns its id.
+    fn pass_on(&self) -> Option<u64> {
+        let (&id, slot) = self.waiters.iter().find(|(_, s)| s.fifo && !s.woken.load(Ordering::Acquire))?;
+        slot.wake();
+        Some(id)
+    }
+
+    fn wake_all(&mut self) {
+        self.hand_on = None; // every waiter tries again
         for slot in self.waiters.values() {
             slot.wake();
         }
@@ -225,6 +293,7 @@ impl Notifier {
         let slot = Arc::new(Slot {
             woken: AtomicBool::new(false),
             owed: AtomicBool::new(false),
+            handed: AtomicBool::new(false),
             notify: Notify::new(),
             fifo,
             token: std::sync::OnceLock::new(),
@@ -279,6 +348,7 @@ impl Notifier {
                 turn: Arc::new(Notify::new()),
                 delivered: 0,
                 expect: 0,
+                hand_on: None,
             });
             let was_subscribed = chan.subscribed;
             (self.take_ref(chan, channel, fifo), was_subscribed)
@@ -306,6 +376,46 @@ impl Notifier {
         lock(&self.channels).get(channel).filter(|c| c.subscribed).map(|c| c.delivered)
     }
 
+    /// Hand-on: this client's full release of `channel`'s hold, sent after [`Self::releasing`]
+    /// returned `before`, is queued on its connection. Wake the next FIFO waiter now instead of
+    /// when the release's message arrives: its try goes out right behind the release, and the
+    /// handoff costs no round trip after the message. The message then wakes no one else
+    /// unless the early try fails ([`HandOnState`]). `None` (nothing done) when no waiter is
+    /// left to wake, another hand-on is in progress, or a message arrived since `before`.
+    ///
+    /// Settle the returned guard with the outcome of the release request it followed
+    /// (dropping it counts as "not deleted").
+    pub fn hand_on(self: &Arc<Self>, channel: &[u8], before: u64) -> Option<HandOn> {
+        let mut map = lock(&self.channels);
+        let chan = map.get_mut(channel)?;
+        if chan.hand_on.is_some() || chan.delivered != before {
+            return None;
+        }
+        let waiter = chan.pass_on()?;
+        if let Some(slot) = chan.waiters.get(&waiter) {
+            slot.handed.store(true, Ordering::Release);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        chan.hand_on = Some(HandOnState { id, waiter, absorbed: false, deleted: None, granted: None });
+        Some(HandOn { notifier: self.clone(), channel: channel.to_vec(), id, settled: false })
+    }
+
+    fn settle_hand_on(&self, channel: &[u8], id: u64, deleted: bool) {
+        let mut map = lock(&self.channels);
+        let Some(chan) = map.get_mut(channel) else { return };
+        if let Some(h) = chan.hand_on.as_mut().filter(|h| h.id == id) {
+            h.deleted = Some(deleted);
+            chan.resolve_hand_on();
+        }
+    }
+
+    /// The waiter `id`, woken by a hand-on, reports its next try.
+    fn report_hand_on(&self, channel: &[u8], id: u64, granted: bool) {
+        if let Some(chan) = lock(&self.channels).get_mut(channel) {
+            chan.hand_on_try(id, granted);
+        }
+    }
+
     /// The release sent after [`Self::releasing`] returned `before` deleted the hold: its message
     /// is on the way, and newcomers of this client let the waiter it wakes go first.
     pub fn released(&self, channel: &[u8], before: u64) {
@@ -328,6 +438,7 @@ impl Notifier {
                 }
                 chan.turn.notify_waiters();
             }
+            chan.hand_on_try(id, !may_pass); // a hand-on's waiter leaving before its try reported
             chan.refs = chan.refs.saturating_sub(1);
             if chan.refs == 0 {
                 if chan.subscribed {
@@ -387,6 +498,30 @@ impl Notifier {
     }
 }
 
+/// A hand-on in progress ([`Notifier::hand_on`]); dropping it settles it as "not deleted".
+pub(crate) struct HandOn {
+    notifier: Arc<Notifier>,
+    channel: Vec<u8>,
+    id: u64,
+    settled: bool,
+}
+
+impl HandOn {
+    /// The release deleted the hold (`true`) or not.
+    pub fn settle(mut self, deleted: bool) {
+        self.settled = true;
+        self.notifier.settle_hand_on(&self.channel, self.id, deleted);
+    }
+}
+
+impl Drop for HandOn {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.notifier.settle_hand_on(&self.channel, self.id, false);
+        }
+    }
+}
+
 /// One waiter's place on a release channel.
 pub(crate) struct Subscription {
     notifier: Arc<Notifier>,
@@ -410,6 +545,9 @@ impl Subscription {
 
     /// The try after the last mark found the lock held: its holder's release will wake someone.
     pub fn held(&mut self) {
+        if self.slot.handed.swap(false, Ordering::AcqRel) {
+            self.notifier.report_hand_on(&self.channel, self.id, false);
+        }
         if self.slot.owed.swap(false, Ordering::AcqRel) {
             self.turn.notify_waiters();
         }
@@ -461,6 +599,9 @@ impl Subscription {
     /// The try after the last mark was granted: no wake to hand on.
     pub fn granted(&mut self) {
         self.granted = true;
+        if self.slot.handed.swap(false, Ordering::AcqRel) {
+            self.notifier.report_hand_on(&self.channel, self.id, true);
+        }
     }
 
     /// Resolves once a release (or a reconnect) reached this waiter since the last
@@ -503,6 +644,7 @@ mod tests {
                 turn: Arc::new(Notify::new()),
                 delivered: 0,
                 expect: 0,
+                hand_on: None,
             },
         );
         n
@@ -643,6 +785,112 @@ mod tests {
         let all = n.peek_all(CH).unwrap();
         message(&n);
         assert!(woken(&fifo[0]) && !woken(&fifo[1]) && woken(&all));
+    }
+
+    /// This client releases with a hand-on while `subs` wait: returns the guard.
+    fn hand_on(n: &Arc<Notifier>) -> HandOn {
+        let before = n.releasing(CH).unwrap();
+        n.hand_on(CH, before).expect("a waiter to wake")
+    }
+
+    #[test]
+    fn a_hand_on_wakes_the_oldest_waiter_before_the_message_and_absorbs_the_message() {
+        let n = notifier();
+        let mut subs = waiting(&n, 3);
+        let h = hand_on(&n);
+        assert_eq!(subs.iter().map(woken).collect::<Vec<_>>(), [true, false, false]);
+        subs[0].mark();
+        h.settle(true);
+        subs[0].granted();
+        drop(subs.remove(0)); // its acquire returns
+        message(&n); // the release's own, trailing the grant
+        assert!(!woken(&subs[0]) && !woken(&subs[1]), "a try for nothing: the lock is held again");
+        // The hand-on is over: the next release's message wakes as usual.
+        message(&n);
+        assert_eq!(subs.iter().map(woken).collect::<Vec<_>>(), [true, false]);
+    }
+
+    #[test]
+    fn a_message_absorbed_before_the_outcome_waits_for_it() {
+        // Granted: the message that came first stays absorbed.
+        let n = notifier();
+        let mut subs = waiting(&n, 2);
+        let h = hand_on(&n);
+        subs[0].mark();
+        message(&n);
+        assert!(!woken(&subs[1]));
+        subs[0].granted();
+        h.settle(true);
+        assert!(!woken(&subs[1]));
+
+        // Held: the early try may have reached the server before the release (another
+        // connection), so the absorbed wake is handed on (here: to the same waiter again).
+        let n = notifier();
+        let mut subs = waiting(&n, 2);
+        let h = hand_on(&n);
+        subs[0].mark();
+        message(&n);
+        h.settle(true);
+        assert!(!woken(&subs[0]) && !woken(&subs[1]));
+        subs[0].held();
+        assert!(woken(&subs[0]) && !woken(&subs[1]));
+    }
+
+    #[test]
+    fn a_release_that_did_not_delete_owes_the_absorbed_wake() {
+        for how in ["settled", "dropped"] {
+            let n = notifier();
+            let mut subs = waiting(&n, 2);
+            let h = hand_on(&n);
+            subs[0].mark();
+            message(&n); // someone else's release
+            match how {
+                "settled" => h.settle(false),
+                _ => drop(h), // the release was cancelled or failed
+            }
+            assert!(woken(&subs[0]), "{how}: the absorbed wake was lost");
+            assert!(!woken(&subs[1]), "{how}");
+        }
+        // Not deleted and nothing absorbed yet: the next message wakes as usual.
+        let n = notifier();
+        let mut subs = waiting(&n, 2);
+        hand_on(&n).settle(false);
+        subs[0].mark();
+        subs[0].held();
+        message(&n);
+        assert!(woken(&subs[0]));
+    }
+
+    #[test]
+    fn a_hand_on_waiter_that_leaves_hands_the_absorbed_wake_on() {
+        let n = notifier();
+        let mut subs = waiting(&n, 3);
+        let h = hand_on(&n);
+        message(&n);
+        h.settle(true);
+        drop(subs.remove(0)); // timed out before its try
+        assert!(woken(&subs[0]), "the wake it held");
+        assert!(woken(&subs[1]), "the absorbed message's wake");
+    }
+
+    #[test]
+    fn no_hand_on_after_a_message_or_during_another() {
+        let n = notifier();
+        let _subs = waiting(&n, 3);
+        let before = n.releasing(CH).unwrap();
+        message(&n); // may be this release's own
+        assert!(n.hand_on(CH, before).is_none());
+        let h = hand_on(&n);
+        let before = n.releasing(CH).unwrap();
+        assert!(n.hand_on(CH, before).is_none(), "one hand-on at a time");
+        drop(h);
+        // A disconnection wakes everyone and ends the hand-on.
+        let n = notifier();
+        let subs = waiting(&n, 2);
+        let _h = hand_on(&n);
+        n.on_push(PushInfo { kind: PushKind::Disconnection, data: vec![] });
+        assert!(subs.iter().all(woken));
+        assert!(lock(&n.channels).get(CH).unwrap().hand_on.is_none());
     }
 
     #[tokio::test]
