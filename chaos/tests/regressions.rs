@@ -521,6 +521,40 @@ fn b10_connection_drop_during_release_retry_succeeds() {
     assert_eq!(pttl(&server, HOLD), -2, "the retried release must free the lock");
 }
 
+/// B10, left alone: the release fails and the caller neither retries nor drops the guard (a
+/// garbage-collected binding whose collector has not run: Node, Go). The hold is renewed for
+/// one more lease, so that a retry would find it, and then runs out instead of being renewed as
+/// long as the guard object lives. Control: past the lease it had when the release failed, the
+/// hold is still there (renewed).
+#[test]
+fn b10_a_failed_release_left_alone_runs_out_after_one_more_lease() {
+    // A script that never ends makes the server answer BUSY (transient) without running the
+    // release; SCRIPT KILL ends it, so the hold stays as it was.
+    let server = RedisServer::start_with(&["--lua-time-limit", "50"]);
+    let c = blocking::Client::connect(&server.url(), opts()).unwrap();
+    let lease = Duration::from_secs(2);
+    let g = c.lock("b", LockOptions::renewing(lease)).unwrap().acquire(None).unwrap();
+    let a = addr(&server);
+    let busy =
+        std::thread::spawn(move || ferrolock_chaos::resp::once(&a, &["EVAL", "while true do end", "0"]));
+    while !matches!(ferrolock_chaos::resp::once(&addr(&server), &["PING"]), Ok(Val::Error(e)) if e.starts_with("BUSY"))
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let first = g.release();
+    let failed = Instant::now();
+    ferrolock_chaos::resp::once(&addr(&server), &["SCRIPT", "KILL"]).unwrap();
+    let _ = busy.join();
+    assert!(first.as_ref().is_err_and(|e| e.kind().is_transient()), "{first:?}");
+    // Renewals every third of the lease: without them the hold would be gone by now.
+    std::thread::sleep((failed + lease * 13 / 10).saturating_duration_since(Instant::now()));
+    assert!(pttl(&server, HOLD) > 0, "control: the hold was not renewed after the failed release");
+    std::thread::sleep((failed + lease * 5 / 2).saturating_duration_since(Instant::now()));
+    assert_eq!(pttl(&server, HOLD), -2, "an abandoned guard kept its lock renewed");
+    let late = g.release().unwrap_err();
+    assert_eq!(late.kind(), ErrorKind::Lost, "{late}");
+}
+
 /// B10 on the multiplexed connection (TLS, Sentinel and Cluster clients use no other; so does a
 /// plain one with the hot path off): the server stalls past the response timeout while a release
 /// is on the wire; the first try runs when it resumes, so the retry finds the hold gone. That is

@@ -740,8 +740,9 @@ impl Guard {
     ///
     /// Errors: [`ErrorKind::NotHeld`] if this guard was already released;
     /// [`ErrorKind::Lost`] if the hold was lost meanwhile. A transient error at the last level
-    /// leaves the guard unreleased so the call can be retried; an inner level is released
-    /// locally even then (the hold's next release sends every server its absolute count).
+    /// leaves the guard unreleased so the call can be retried: the watchdog renews the hold for
+    /// one more lease, then lets it run out. An inner level is released locally even then (the
+    /// hold's next release sends every server its absolute count).
     pub async fn release(&self) -> Result<()> {
         if self.released.swap(true, Ordering::AcqRel) {
             return Err(Error::new(ErrorKind::NotHeld, "this guard was already released"));
@@ -823,7 +824,11 @@ impl Guard {
             Err(e) if target > 0 && e.kind().is_transient() => Ok(()),
             Err(e) => {
                 if target == 0 && !self.hold.is_final() {
-                    c.watchdog.register(&self.hold, lock.inner.hold_key.clone(), lock.inner.token.clone());
+                    // Renewed for one more lease, so a retry finds the hold alive; not beyond,
+                    // or a guard abandoned after the failure (and not dropped: a collector that
+                    // has not run) would keep the lock forever.
+                    let (key, token) = (lock.inner.hold_key.clone(), lock.inner.token.clone());
+                    c.watchdog.register_for_retry(&self.hold, key, token);
                 }
                 Err(e)
             }

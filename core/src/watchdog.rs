@@ -29,6 +29,9 @@ struct Entry {
     token: Arc<str>,
     next_due: Instant,
     in_flight: bool,
+    /// No renewal is sent from this instant on (a hold whose release failed: see
+    /// [`Watchdog::register_for_retry`]); the lease then runs out unless a retry comes first.
+    renew_until: Option<Instant>,
 }
 
 struct Shared {
@@ -108,11 +111,23 @@ impl Watchdog {
 
     /// Track `hold`: renew it if `hold.renew`, and mark it lost at its local deadline.
     pub fn register(&self, hold: &Arc<Hold>, key: Arc<[u8]>, token: Arc<str>) {
+        self.insert(hold, key, token, None);
+    }
+
+    /// Track `hold` again after its last level's release failed, so that a retry finds it
+    /// alive: renewals go on for one more lease from now, then stop, and the lease runs out.
+    /// A caller that abandons the guard without dropping it (a garbage-collected binding whose
+    /// collector has not run yet) thus leaves the lock held for at most about two leases.
+    pub fn register_for_retry(&self, hold: &Arc<Hold>, key: Arc<[u8]>, token: Arc<str>) {
+        self.insert(hold, key, token, Some(Instant::now() + hold.ttl()));
+    }
+
+    fn insert(&self, hold: &Arc<Hold>, key: Arc<[u8]>, token: Arc<str>, renew_until: Option<Instant>) {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let next_due = Instant::now() + hold.ttl() / 3;
-        self.shared
-            .entries()
-            .insert(id, Entry { hold: Arc::downgrade(hold), key, token, next_due, in_flight: false });
+        let hold_ref = Arc::downgrade(hold);
+        let entry = Entry { hold: hold_ref, key, token, next_due, in_flight: false, renew_until };
+        self.shared.entries().insert(id, entry);
         hold.set_watchdog(id);
         self.shared.wake.notify_one();
     }
@@ -188,7 +203,8 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
             return false; // state() marks a passed deadline as lost
         }
         next = next.min(hold.deadline());
-        if hold.renew && !e.in_flight {
+        let renewing = hold.renew && e.renew_until.is_none_or(|until| now < until);
+        if renewing && !e.in_flight {
             if now >= e.next_due {
                 any_due = true;
                 soon.push((id, hold));
