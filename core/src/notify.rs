@@ -123,7 +123,7 @@ struct HandOnState {
     id: u64,
     /// The waiter woken early.
     waiter: u64,
-    /// The first message since `before` woke no FIFO waiter.
+    /// The first message delivered since the release went out woke no FIFO waiter.
     absorbed: bool,
     /// The release deleted the hold (`Some(true)`), or did not / is unknown (`Some(false)`).
     deleted: Option<bool>,
