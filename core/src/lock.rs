@@ -462,7 +462,6 @@ impl Lock {
         };
         let waited_on = c.waited_on(&inner.keys.channel);
         let mut unknown = false; // an earlier try may have run although its reply was lost
-        let mut hand_on = None;
         for attempt in 0..2 {
             // The retry carries the script itself: the first try's reply may have been a
             // NOSCRIPT that nobody saw (a stopped or restarted server answers in order once it
@@ -477,6 +476,7 @@ impl Lock {
             };
             let hot = c.inner.hot.as_ref();
             let query = HotConn::query(hot, conn, &inner.pin, req, waited_on);
+            let mut hand_on = None;
             // A full release while handles of this client wait (default mode, single server):
             // once the request is queued (its first poll), wake the next waiter at once, so its
             // try follows the release on the wire instead of a round trip after the release's

@@ -20,9 +20,10 @@
 //!   pushes over through a task of its own, so a message can also be delivered after the reply
 //!   that trailed it; it then wakes a waiter whose try finds the lock held: a try for nothing,
 //!   never a lost wake.)
-//! - Redis sends a connection's *own* release message right after that release's reply. So a
-//!   releaser that re-acquires at once would reach the server before the waiter its message is
-//!   about to wake: a newcomer of this client waits ([`Subscription::turn`], bounded) until that
+//! - A connection's *own* release message may reach the notifier before or after the releaser
+//!   sees its reply (Redis 7.0 writes it just before the script's reply; the connection manager
+//!   hands it over through its push task). Either way a releaser that re-acquires at once would
+//!   reach the server before the waiter its message is about to wake: a newcomer of this client waits ([`Subscription::turn`], bounded) until that
 //!   message arrived and the waiter it woke has tried. This keeps the queue FIFO per lock name
 //!   within a client (no barging past a woken waiter); waiters of other clients still race.
 //! - A waiter that leaves without a grant (timeout, cancellation, error) while it holds a wake —
@@ -102,8 +103,8 @@ struct Chan {
     /// (see [`Subscription::turn`]).
     turn: Arc<Notify>,
     /// Messages delivered so far, and the count that the last release sent by this client will
-    /// reach once its own message arrives (Redis sends a connection's own message right after
-    /// the script's reply, so the releaser sees its reply first).
+    /// reach once its own message arrives (it may arrive before or after the release's reply
+    /// is seen: see the module doc).
     delivered: u64,
     expect: u64,
     /// A hand-on in progress ([`Notifier::hand_on`]).
