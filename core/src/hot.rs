@@ -33,8 +33,10 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
@@ -96,6 +98,8 @@ struct State {
     phase: Phase,
     /// Generations handed out so far (+1 = the next connection's).
     generations: u64,
+    /// The response timer, kept from call to call (see [`within`]).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
@@ -306,15 +310,19 @@ impl HotConn {
         if !self.skip_stale.load(Ordering::Relaxed) {
             st.stale.clear();
         }
-        match tokio::time::timeout(self.response_timeout, st.request(packed)).await {
-            Ok(Ok(v)) => Outcome::Answered(v),
-            Ok(Err(e)) => {
+        let deadline = tokio::time::Instant::now() + self.response_timeout;
+        let mut timer = st.timer.take();
+        let answer = within(&mut timer, deadline, st.request(packed)).await;
+        st.timer = timer;
+        match answer {
+            Some(Ok(v)) => Outcome::Answered(v),
+            Some(Err(e)) => {
                 // The connection broke: what it carried has run or never will.
                 st.close();
                 self.generation.store(0, Ordering::Release);
                 Outcome::Unknown(e.into())
             }
-            Err(_) => Outcome::Unknown(io::Error::from(io::ErrorKind::TimedOut).into()),
+            None => Outcome::Unknown(io::Error::from(io::ErrorKind::TimedOut).into()),
         }
         // `turn` settles an unfinished call (the timeout's) as it goes.
     }
@@ -367,6 +375,39 @@ impl HotConn {
             }
         }
     }
+}
+
+/// `fut`'s output, or `None` once `deadline` has passed first.
+///
+/// `tokio::time::timeout` registers a new timer per call, and the runtime's driver is woken
+/// (an eventfd write, and an `epoll_wait` that returns at once) whenever a new timer is due
+/// before the one it last went to sleep for: with nothing earlier pending, once per request.
+/// Instead `timer` is kept from call to call and only re-armed when it fires: a timer set for an
+/// earlier call's deadline (which came first, so it is not later than this one) wakes this call
+/// once, which then sets it to its own deadline.
+async fn within<F: std::future::Future>(
+    timer: &mut Option<Pin<Box<tokio::time::Sleep>>>,
+    deadline: tokio::time::Instant,
+    fut: F,
+) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if t.deadline() > deadline {
+            t.as_mut().reset(deadline);
+        }
+        loop {
+            match t.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(()) if t.deadline() >= deadline => return Poll::Ready(None),
+                Poll::Ready(()) => t.as_mut().reset(deadline),
+            }
+        }
+    })
+    .await
 }
 
 /// One call's turn on the connection: whatever the call leaves unfinished when it ends (a

@@ -89,6 +89,31 @@ async fn a_reply_left_by_a_timed_out_request_is_skipped() {
     assert_ne!(held, Some(fence), "control: a stale reply read as B's went unnoticed");
 }
 
+/// The hot connection keeps one response timer from request to request (hot.rs, `within`): a
+/// request's timeout still counts from its own start when the timer was last set by an earlier
+/// request, whose deadline comes first and wakes it early.
+#[tokio::test]
+async fn a_request_times_out_a_full_response_timeout_after_it_started() {
+    let server = RedisServer::start();
+    let mut opts = ClientOptions::default();
+    opts.response_timeout = Duration::from_millis(400);
+    let client = connect_with(&server, opts).await;
+    assert!(client.set_hot_path_for_tests(true), "a redis:// client has a hot-path connection");
+    let a = client.lock("timer", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    // This pair sets the timer for 400 ms after its acquire went out.
+    a.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    server.pause();
+    let t0 = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), a.try_acquire()).await;
+    let took = t0.elapsed();
+    server.resume();
+    let err = r.expect("the request timed out within 5 s").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    // The earlier pair's deadline came about 150 ms into this request.
+    assert!(took >= Duration::from_millis(400), "timed out {took:?} after it started, before its 400 ms");
+}
+
 /// A handle's acquire of unknown outcome on one connection is undone on that same connection,
 /// so the undo can never run before the acquire (two connections have no order between them).
 #[tokio::test]
