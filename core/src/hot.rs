@@ -255,7 +255,7 @@ impl HotConn {
         if let Some(hot) = hot {
             let mine = pinned != UNPINNED && hot.generation.load(Ordering::Acquire) == pinned;
             if !mine && waited_on {
-                return Self::multiplexed(conn, pin, &req.cmd).await;
+                return Box::pin(Self::multiplexed(conn, pin, &req.cmd)).await;
             }
             let state = if mine { Some(hot.state.lock().await) } else { hot.state.try_lock().ok() };
             if let Some(mut state) = state {
@@ -270,7 +270,7 @@ impl HotConn {
                 }
             }
         }
-        Self::multiplexed(conn, pin, &req.cmd).await
+        Box::pin(Self::multiplexed(conn, pin, &req.cmd)).await
     }
 
     async fn multiplexed(conn: &Conn, pin: &HotPin, cmd: &redis::Cmd) -> RedisResult<Value> {
@@ -300,7 +300,7 @@ impl HotConn {
             st.close();
             self.generation.store(0, Ordering::Release);
         }
-        if st.stream.is_none() && !self.connect(st).await {
+        if st.stream.is_none() && !Box::pin(self.connect(st)).await {
             return Outcome::NotSent;
         }
         let generation = state.generations;
@@ -312,7 +312,7 @@ impl HotConn {
         }
         let deadline = tokio::time::Instant::now() + self.response_timeout;
         let mut timer = st.timer.take();
-        let answer = within(&mut timer, deadline, st.request(packed)).await;
+        let answer = within(&mut timer, deadline, std::pin::pin!(st.request(packed))).await;
         st.timer = timer;
         match answer {
             Some(Ok(v)) => Outcome::Answered(v),
@@ -385,12 +385,13 @@ impl HotConn {
 /// Instead `timer` is kept from call to call and only re-armed when it fires: a timer set for an
 /// earlier call's deadline (which came first, so it is not later than this one) wakes this call
 /// once, which then sets it to its own deadline.
+/// (`fut` comes pinned by the caller: pinned in here, it would take its size twice in the
+/// caller's future.)
 async fn within<F: std::future::Future>(
     timer: &mut Option<Pin<Box<tokio::time::Sleep>>>,
     deadline: tokio::time::Instant,
-    fut: F,
+    mut fut: Pin<&mut F>,
 ) -> Option<F::Output> {
-    let mut fut = std::pin::pin!(fut);
     std::future::poll_fn(|cx| {
         if let Poll::Ready(v) = fut.as_mut().poll(cx) {
             return Poll::Ready(Some(v));

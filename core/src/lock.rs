@@ -124,7 +124,7 @@ impl Lock {
         let c = &self.inner.client;
         let (conn, notifier) = match &c.inner.backend {
             Backend::Single { conn, notifier } => (conn, notifier),
-            Backend::Quorum(q) => return q.clone().acquire(self, deadline).await,
+            Backend::Quorum(q) => return Box::pin(q.clone().acquire(self, deadline)).await,
         };
         // Fair mode: this handle queues once at a time; the undo of a queued acquire that gave
         // up comes first (a re-entry into a live hold needs no queue).
@@ -194,7 +194,7 @@ impl Lock {
                         // and the subscription would otherwise go unnoticed.
                         let redact = c.redactor();
                         let s = notifier.subscribe(conn, &self.inner.keys.channel, &redact);
-                        sub = Some(s.await?);
+                        sub = Some(Box::pin(s).await?);
                         continue;
                     };
                     // The holder's lease bounds the wait even if a message is lost.
@@ -337,7 +337,7 @@ impl Lock {
             Err(e) => {
                 let err = inner.client.error(&e);
                 if err.kind().is_transient() {
-                    pending.settle().await;
+                    Box::pin(pending.settle()).await;
                 } else {
                     pending.disarm();
                 }
@@ -346,7 +346,7 @@ impl Lock {
         };
         if let Err(e) = crate::replicas::confirm_grant(&inner.client, &acquired) {
             if crate::replicas::undo_refused_grants() {
-                pending.settle().await; // too few replicas acknowledged: undo the grant
+                Box::pin(pending.settle()).await; // too few replicas acknowledged: undo the grant
             } else {
                 pending.disarm(); // a test's control only (replicas::keep_refused_grants_for_tests)
             }
@@ -366,7 +366,7 @@ impl Lock {
                 let deadline = timing::deadline(&c.opts, t_send, inner.ttl);
                 if deadline <= Instant::now() {
                     // Never hand out a grant whose validity is already used up.
-                    let _ = self.send_release_level(prior).await;
+                    let _ = Box::pin(self.send_release_level(prior)).await;
                     return Ok(Attempt::Expired);
                 }
                 // The levels this handle holds now: its live ones plus this grant.
@@ -377,7 +377,8 @@ impl Lock {
                     // ran twice (the cluster driver resends a request whose connection was lost).
                     // The extra levels belong to nobody: bring the hold down to what this handle
                     // holds, or no release would ever free it.
-                    let _ = self.send_release_level(Level { count: expected, fence: Some(fence) }).await;
+                    let _ = Box::pin(self.send_release_level(Level { count: expected, fence: Some(fence) }))
+                        .await;
                     count = expected;
                 }
                 Ok(Attempt::Granted(self.granted(fence, count, deadline)))
@@ -426,7 +427,7 @@ impl Lock {
         let c = &inner.client;
         let (conn, notifier) = match &c.inner.backend {
             Backend::Single { conn, notifier } => (conn, notifier),
-            Backend::Quorum(q) => return q.clone().release(self, target, level.fence).await,
+            Backend::Quorum(q) => return Box::pin(q.clone().release(self, target, level.fence)).await,
             // (Redlock's undo has its own per-master rules: docs/REDLOCK.md.)
         };
         let before = if target == 0 { notifier.releasing(&inner.keys.channel) } else { None };
@@ -475,19 +476,21 @@ impl Lock {
                 &built
             };
             let hot = c.inner.hot.as_ref();
-            let query = HotConn::query(hot, conn, &inner.pin, req, waited_on);
+            // Pinned here, so that `after_first_poll` holds a reference and no second copy.
+            let query = std::pin::pin!(HotConn::query(hot, conn, &inner.pin, req, waited_on));
             let mut hand_on = None;
             // A full release while handles of this client wait (default mode, single server):
             // once the request is queued (its first poll), wake the next waiter at once, so its
             // try follows the release on the wire instead of a round trip after the release's
             // message (notify.rs, "Hand-on").
-            let r = match before.filter(|_| attempt == 0 && waited_on && !inner.fair && !conn.sharded()) {
-                Some(before) => {
-                    let channel = &inner.keys.channel;
-                    after_first_poll(query, || hand_on = notifier.hand_on(channel, before)).await
+            // (One path for both: two would keep two copies of the query in this future.)
+            let hand_on_from = before.filter(|_| attempt == 0 && waited_on && !inner.fair && !conn.sharded());
+            let r = after_first_poll(query, || {
+                if let Some(before) = hand_on_from {
+                    hand_on = notifier.hand_on(&inner.keys.channel, before);
                 }
-                None => query.await,
-            };
+            })
+            .await;
             let mut r = r.and_then(|v| redis::from_redis_value::<i64>(v).map_err(Into::into));
             if let Some(h) = hand_on.take() {
                 // The request the early wake followed: did it delete the hold? (Not a retry of
@@ -501,7 +504,7 @@ impl Lock {
                     r = Ok(0);
                 } else if unknown
                     && let Some(fence) = level.fence
-                    && no_grant_since(&mut conn.clone(), &inner.keys.fence, fence).await
+                    && Box::pin(no_grant_since(&mut conn.clone(), &inner.keys.fence, fence)).await
                 {
                     // The multiplexed connection drops late replies: the earlier try most
                     // likely deleted the hold. Nobody was granted the lock since this hold's

@@ -84,7 +84,7 @@ pub(crate) async fn acquire(lock: &LockInner, conn: &Conn, queue_ms: Option<u64>
         let mut pipe = redis::pipe();
         pipe.add_command(script).add_command(wait);
         lock.pin.multiplexed();
-        let mut replies = on_one_connection(conn, &pipe, &lock.keys.hold).await?.into_iter();
+        let mut replies = Box::pin(on_one_connection(conn, &pipe, &lock.keys.hold)).await?.into_iter();
         lock.pin.answered();
         let (Some(reply), Some(waited), None) = (replies.next(), replies.next(), replies.next()) else {
             return Err(redis::RedisError::from((

@@ -114,6 +114,26 @@ async fn a_request_times_out_a_full_response_timeout_after_it_started() {
     assert!(took >= Duration::from_millis(400), "timed out {took:?} after it started, before its 400 ms");
 }
 
+/// An acquire's and a release's futures stay small: the bindings move each call's future into a
+/// task, and a large one cost the Node binding measurably (bench/README.md, "Future sizes").
+/// Rarely taken paths (subscribing, undoing, Redlock, the multiplexed fallback) are boxed.
+#[tokio::test]
+async fn acquire_and_release_futures_stay_small() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, ClientOptions::default()).await;
+    let lock = client.lock("sizes", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let acquire = std::mem::size_of_val(&lock.acquire(None));
+    let try_acquire = std::mem::size_of_val(&lock.try_acquire());
+    let held = lock.acquire(None).await.unwrap();
+    let release = std::mem::size_of_val(&held.release());
+    held.release().await.unwrap();
+    eprintln!("future sizes: acquire {acquire}, try_acquire {try_acquire}, release {release} bytes");
+    // 3,528 / 2,368 / 1,768 bytes before (rustc 1.95, release); 1,480 / 1,192 / 1,024 after.
+    assert!(acquire <= 2048, "acquire future: {acquire} bytes");
+    assert!(try_acquire <= 1536, "try_acquire future: {try_acquire} bytes");
+    assert!(release <= 1280, "release future: {release} bytes");
+}
+
 /// A handle's acquire of unknown outcome on one connection is undone on that same connection,
 /// so the undo can never run before the acquire (two connections have no order between them).
 #[tokio::test]
