@@ -337,7 +337,7 @@ class Run:
 
     # ---------------- W1
     def w1(self, server, tgts):
-        n, warmup, reps = (1000, 100, 3) if self.quick else (5000, 500, 3)
+        n, warmup, reps = (1000, 100, 3) if self.quick else (5000, 5000, 3)
         runs = [(tg, cfg) for tg in tgts for cfg in tg.configs]
 
         def extra(tg, pairs, warm):
