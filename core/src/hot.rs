@@ -98,7 +98,10 @@ struct State {
     phase: Phase,
     /// Generations handed out so far (+1 = the next connection's).
     generations: u64,
-    /// The response timer, kept from call to call (see [`within`]).
+    /// The response timer, kept from call to call (see [`within`]). It lives as long as the
+    /// stream: both belong to the runtime the stream was opened on (a client is tied to the
+    /// runtime it runs on), and the request is polled before the timer, so a stream whose
+    /// runtime has shut down fails its request before the timer is looked at.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
@@ -362,6 +365,7 @@ impl HotConn {
         match opened {
             Ok(Ok(stream)) => {
                 state.stream = Some(stream);
+                state.timer = None; // made again on the runtime the new stream belongs to
                 state.buf.clear();
                 state.stale.clear();
                 state.generations = state.generations.max(MULTIPLEXED) + 1;
@@ -456,6 +460,7 @@ impl State {
 
     fn close(&mut self) {
         self.stream = None;
+        self.timer = None;
         self.buf.clear();
         self.stale.clear();
         self.phase = Phase::Idle;
