@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from threading import get_ident
 from datetime import timedelta
 from typing import Any, Awaitable, Callable, List, Optional, TypeVar, Union
 
@@ -54,7 +55,11 @@ class _Owner:
         self.stack: List[Any] = []
 
     def forget(self, held: object) -> None:
-        for i in range(len(self.stack) - 1, -1, -1):
+        stack = self.stack
+        if stack and stack[-1] is held:  # the usual order: innermost first
+            stack.pop()
+            return
+        for i in range(len(stack) - 1, -1, -1):
             if self.stack[i] is held:
                 del self.stack[i]
                 return
@@ -122,15 +127,18 @@ class Held(_HeldBase):
     __slots__ = ("_thread",)
 
     def __init__(self, owner: _Owner, guard: NativeGuard, name: Name) -> None:
-        super().__init__(owner, guard, name)
-        self._thread = threading.get_ident()
+        # (The base's fields set here, not through super().__init__: one call less per acquire.)
+        self._guard = guard
+        self._owner = owner
+        self._name = name
+        self._thread = get_ident()
 
     def release(self) -> None:
         """Release this level (the lock is freed when the outermost level is released).
 
         Raises ``NotHeldError`` from another thread or when already released, ``LostError`` if
         the hold was lost meanwhile (nothing of another owner is deleted)."""
-        if threading.get_ident() != self._thread:
+        if get_ident() != self._thread:
             raise NotHeldError("this hold belongs to another thread; release it from that thread")
         try:
             self._guard.release()
@@ -195,7 +203,8 @@ class Lock:
         ``wait``, which is unbounded unless given to ``Client.lock``; ``0``: one attempt).
         Raises ``AcquireTimeoutError`` (a ``TimeoutError``) when the wait elapses. Other
         threads keep running while this one waits."""
-        owner = self._owner()
+        # This thread's owner: the lookup inlined (one call less per acquire).
+        owner = getattr(self._local, "owner", None) or self._owner()
         guard = owner.handle.acquire(self._wait if wait is None else wait)
         held = Held(owner, guard, self._name)
         owner.stack.append(held)
