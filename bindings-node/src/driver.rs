@@ -452,8 +452,8 @@ where
     T: ToNapiValue + Send + 'static,
     F: Future<Output = Reply<T>> + Send + 'static,
 {
-    // Boxed first: a call's future is a few KB (the core's acquire is 3.7 KB), and every move
-    // on its way into the task copied all of it (perf: memmove, 4 % of a W1 loop's samples).
+    // Boxed first: a call's future is 1-2 KB (an acquire was 3.7 KB before 07d8119), and every
+    // move on its way into the task copied all of it (perf: memmove, 4 % of a W1 loop's samples).
     let fut = Box::pin(fut);
     let d = driver()?;
     let raw_env = env.raw();

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from threading import get_ident
 from datetime import timedelta
+from threading import get_ident
 from typing import Any, Awaitable, Callable, List, Optional, TypeVar, Union
 
 from ._ferrolock import LockError, NativeClient, NativeGuard, NativeLock, NotHeldError
@@ -60,8 +60,8 @@ class _Owner:
             stack.pop()
             return
         for i in range(len(stack) - 1, -1, -1):
-            if self.stack[i] is held:
-                del self.stack[i]
+            if stack[i] is held:
+                del stack[i]
                 return
 
 
