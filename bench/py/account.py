@@ -112,6 +112,9 @@ def main() -> None:
         drivers.append(("raw ioredis (reference: the floor's commands)",
                         lambda n: ["node", str(BENCH / "node" / "bench.mjs"), "w1", "--lib", "raw", "--config", "default",
                                    *w1(n)]))
+        drivers.append(("redis-semaphore Mutex (reference: the best Node peer)",
+                        lambda n: ["node", str(BENCH / "node" / "bench.mjs"), "w1", "--lib", "semaphore-mutex",
+                                   "--config", "default", *w1(n)]))
     if not drivers:
         sys.exit("account.py: no driver given")
 

@@ -17,7 +17,7 @@
 //!   the JS thread itself, that costs an eventfd write and read, not a thread switch.
 //! * A background thread drives the runtime whenever no JS thread does (renewals, release
 //!   notifications, calls while JS code runs): it steps off when a JS thread starts driving and
-//!   comes back once none has for `ferrolock::driver::IDLE` (core's [`Driver`]).
+//!   comes back once none has for a while (1 to 4 ms: core's [`Driver`]).
 
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, c_void};
@@ -39,7 +39,7 @@ static DRIVER: OnceLock<Result<&'static Driver, String>> = OnceLock::new();
 
 /// The addon's runtime (core's [`Driver`]). Calls are spawned on it uncounted
 /// (`runtime().spawn`): a JS thread drives them in [`on_prepare`], and the background thread
-/// picks them up only once no JS thread has driven for `IDLE`, so JS code running between
+/// picks them up only once no JS thread has driven for a while, so JS code running between
 /// calls does not pull it back on at once.
 fn driver() -> napi::Result<&'static Driver> {
     let d = DRIVER.get_or_init(|| {
