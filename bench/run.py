@@ -224,6 +224,9 @@ def targets(args, skipped):
     else:
         skipped.append(("ferrolock Python", read_status("ferrolock-py", "the binding is not installed in bench/.venv")))
     t.append(Target("python", "raw", "raw redis-py SET NX PX + EVALSHA", "py", ["default"], f"redis-py {pyv}", w2=False))
+    if not only_quick:
+        t.append(Target("python", "raw-scripts", "raw redis-py sending ferrolock's scripts", "py", ["default"],
+                        f"redis-py {pyv}", w2=False))
     t.append(Target("python", "redis-py-lock", "redis-py Lock", "py", ["default", "tuned"], f"redis-py {pyv}"))
     if not only_quick:
         for lib, label, cfgs in [("python-redis-lock", "python-redis-lock", ["default"]),
@@ -247,6 +250,8 @@ def targets(args, skipped):
     else:
         skipped.append(("ferrolock Node", read_status("ferrolock-node", "the addon was not built")))
     t.append(Target("node", "raw", "raw ioredis SET NX PX + EVALSHA", "node", ["default"], f"ioredis {iv}", w2=False))
+    t.append(Target("node", "raw-scripts", "raw ioredis sending ferrolock's scripts", "node", ["default"], f"ioredis {iv}",
+                    w2=False))
     t.append(Target("node", "redlock", "node redlock v5", "node", ["default", "tuned"], f"ioredis {iv}"))
     t.append(Target("node", "semaphore-mutex", "redis-semaphore Mutex", "node", ["default", "tuned"], f"ioredis {iv}"))
     t.append(Target("node", "semaphore-redlock-mutex", "redis-semaphore RedlockMutex", "node", ["default", "tuned"],
@@ -677,8 +682,7 @@ def summary(run: Run, floor):
     out.append("")
     rust = next((x for x in w1 if x["lib"] == "ferrolock" and x["lang"] == "rust"), None)
     for lang in ("rust", "python", "node", "go"):
-        ours = next((x for x in w1 if x["lang"] == lang and not is_peer(x) and x["lib"] != "ferrolock-blocking"
-                     and x["config"] == "default"), None)
+        ours = next((x for x in w1 if x["lang"] == lang and x["lib"] == "ferrolock" and x["config"] == "default"), None)
         peers = [x for x in w1 if (x["lang"] == lang or lang == "rust") and is_peer(x)]
         locks = [x for x in peers if x["lib"] != "raw"]
         if not ours:
@@ -697,6 +701,10 @@ def summary(run: Run, floor):
             parts.append(f"{ours['ops_per_s'] / raw['ops_per_s']:.2f} × {raw['peer']}")
         if rust and lang != "rust":
             parts.append(f"pair p50 {ours['pair_us']['p50'] / rust['pair_us']['p50']:.2f} × the Rust core's")
+            ref = reference(w1, lang)
+            if ref:
+                parts.append(f"{ref['peer']}: pair p50 {ref['pair_us']['p50'] / rust['pair_us']['p50']:.2f} × the "
+                             f"Rust core's (the same server work with no binding)")
         out.append(", ".join(parts))
     out.append("")
     out.append("## W2 contended handoff (8 workers, hold 1 ms)")
@@ -856,7 +864,9 @@ def targets_section(run, floor, w1, w2):
         row(f"W1 {lang} ≥ 0.8 × floor, ahead of every {lang} peer",
             f"{vs_floor}; best peer {best['peer'] if best else '—'}", met if fl else "not measured")
         if r:
-            row(f"{lang} binding pair p50 ≤ 1.3 × Rust core", f"{o['pair_us']['p50'] / r['pair_us']['p50']:.2f} ×",
+            ref = reference(w1, lang)
+            row(f"{lang} binding pair p50 ≤ 1.3 × Rust core", f"{o['pair_us']['p50'] / r['pair_us']['p50']:.2f} ×"
+                + (f" ({ref['peer']}: {ref['pair_us']['p50'] / r['pair_us']['p50']:.2f} ×)" if ref else ""),
                 o["pair_us"]["p50"] <= 1.3 * r["pair_us"]["p50"])
     prl = next((x for x in w2 if x["mode"] == "forced" and x["lib"] == "python-redis-lock" and x["workers_are"] == "threads"), None)
     for config, lang, workers in (("default", "rust", "async tasks"), ("fair", "rust", "async tasks"),
@@ -908,7 +918,13 @@ def targets_section(run, floor, w1, w2):
 
 
 def is_peer(x):
-    return x["lib"] not in ("ferrolock", "ferrolock-blocking")
+    return x["lib"] not in ("ferrolock", "ferrolock-blocking", "raw-scripts")
+
+
+def reference(lines, lang):
+    """The raw client of `lang` sending ferrolock's own scripts (a reference, not a peer): the
+    binding's pair with the same server work and no binding."""
+    return next((x for x in lines if x["lang"] == lang and x["lib"] == "raw-scripts"), None)
 
 
 def charts(run: Run, floor):
@@ -922,7 +938,7 @@ def charts(run: Run, floor):
     if w1:
         fig, ax = plt.subplots(figsize=(9, 0.45 * len(w1) + 1.5))
         labels = [f"{x['peer']} [{x['config']}]" for x in w1]
-        colors = ["#c0392b" if not is_peer(x) else "#7f8c8d" for x in w1]
+        colors = ["#e67e22" if x["lib"] == "raw-scripts" else "#c0392b" if not is_peer(x) else "#7f8c8d" for x in w1]
         ax.barh(labels, [x["ops_per_s"] for x in w1], color=colors)
         if floor:
             ax.axvline(floor_rate(floor), color="black", linestyle="--", label="floor (-c 1, mean)")

@@ -3,8 +3,9 @@
 //   node bench.mjs w1 --lib LIB --config default|tuned --url U [--n 5000 --warmup 500 --reps 3]
 //   node bench.mjs w2 --lib LIB --config ... --url U --mode any|forced [--workers 8 --secs 10 --hold-ms 1]
 //
-// LIB: raw (ioredis SET NX PX + EVALSHA), redlock (v5), semaphore-mutex, semaphore-redlock-mutex,
-// ferrolock (the napi binding, when built). Statistics are made by bench/run.py.
+// LIB: raw (ioredis SET NX PX + EVALSHA), raw-scripts (ioredis sending ferrolock's own acquire and
+// release scripts: a reference for bench/py/account.py, the same server work without the binding),
+// redlock (v5), semaphore-mutex, semaphore-redlock-mutex, ferrolock (the napi binding, when built). Statistics are made by bench/run.py.
 
 import { createRequire } from 'node:module';
 import { randomBytes } from 'node:crypto';
@@ -56,6 +57,30 @@ async function makeLib(lib, config, url) {
         return {
           async acquire() { return (await redis.set(name, token, 'PX', TTL_MS, 'NX')) === 'OK'; },
           async release() { await redis.cad(name, token); },
+        };
+      },
+    };
+  }
+  if (lib === 'raw-scripts') {
+    // The W1 pair of a ferrolock client, sent by ioredis: the protocol's acquire (a fresh grant)
+    // and release (count 0) scripts with the arguments the core sends in W1 (strace: 9 and 7
+    // elements).
+    // No waiting, no reentrancy bookkeeping, no watchdog: a reference for the server's share.
+    const script = (f) => readFileSync(new URL(`../../core/scripts/${f}`, import.meta.url), 'utf8');
+    redis.defineCommand('flAcquire', { numberOfKeys: 2, lua: script('acquire.lua') });
+    redis.defineCommand('flRelease', { numberOfKeys: 1, lua: script('release.lua') });
+    return {
+      redis, version: pkgVersion('ioredis'),
+      settings: { acquire: 'EVALSHA core/scripts/acquire.lua', release: 'EVALSHA core/scripts/release.lua', wait: 'none' },
+      newLock(name) {
+        const token = randomBytes(16).toString('hex');
+        const key = `ferrolock:{${name}}`;
+        return {
+          async acquire() {
+            const r = await redis.flAcquire(key, `${key}:fence`, token, TTL_MS, 7 * 24 * 3600 * 1000, 1024);
+            return r[0] === 1;
+          },
+          async release() { await redis.flRelease(key, token, `${key}:released`, '0'); },
         };
       },
     };

@@ -10,7 +10,8 @@ connecting and warming up, so what is left is per pair:
   it includes the loopback network stack, which runs in the sending process;
 - server CPU: the redis-server's INFO cpu (used_cpu_user + used_cpu_sys);
 - context switches of the client (voluntary + involuntary);
-- wall time per pair: the driver's own timed loop in the LONG run.
+- wall time per pair: the driver's own timed loop in the LONG run (its mean), and the median of its
+  acquire + release pairs (the bench's binding target compares pair p50s).
 
 The medians over the rounds are printed as a Markdown table. Wall time minus both CPU columns
 is what neither process spent on the CPU: wake-ups, the scheduler, the VM.
@@ -71,6 +72,7 @@ def measure(cmd: list[str], port: int, env: dict[str, str]) -> dict[str, float]:
         "cs": (r1.ru_nvcsw - r0.ru_nvcsw) + (r1.ru_nivcsw - r0.ru_nivcsw),
         "server": after - before,
         "wall": rep["wall_ns"] / 1e9 / len(rep["acq_ns"]),
+        "p50": statistics.median(a + b for a, b in zip(rep["acq_ns"], rep["rel_ns"])) / 1e9,
     }
 
 
@@ -104,11 +106,17 @@ def main() -> None:
         env["FERROLOCK_NODE"] = str(Path(a.node_dir).resolve())
         drivers.append(("Node", lambda n: ["node", str(BENCH / "node" / "bench.mjs"), "w1", "--lib", "ferrolock",
                                            "--config", "default", *w1(n)]))
-    # Reference rows: the raw clients (SET NX PX + EVALSHA compare-and-delete, no lock library).
+    # Reference rows: the raw clients, no lock library: the floor's commands (SET NX PX + EVALSHA
+    # compare-and-delete), and ferrolock's own two scripts (the server work of our pair without a binding).
     if a.python and Path(a.python).exists():
         drivers.append(("raw redis-py (reference: the floor's commands)",
                         lambda n: [a.python, str(HERE / "bench.py"), "w1", "--lib", "raw", *w1(n)]))
+        drivers.append(("raw redis-py sending ferrolock's scripts (reference: our server work, no binding)",
+                        lambda n: [a.python, str(HERE / "bench.py"), "w1", "--lib", "raw-scripts", *w1(n)]))
     if a.node_dir and Path(a.node_dir).exists():
+        drivers.append(("raw ioredis sending ferrolock's scripts (reference: our server work, no binding)",
+                        lambda n: ["node", str(BENCH / "node" / "bench.mjs"), "w1", "--lib", "raw-scripts",
+                                   "--config", "default", *w1(n)]))
         drivers.append(("raw ioredis (reference: the floor's commands)",
                         lambda n: ["node", str(BENCH / "node" / "bench.mjs"), "w1", "--lib", "raw", "--config", "default",
                                    *w1(n)]))
@@ -131,21 +139,23 @@ def main() -> None:
             for k in ("cpu", "server", "cs"):
                 row.setdefault(k, []).append((l[k] - s[k]) / d * (1e6 if k != "cs" else 1))
             row.setdefault("wall", []).append(l["wall"] * 1e6)
+            row.setdefault("p50", []).append(l["p50"] * 1e6)
             time.sleep(0.2)
 
-    print("| client (W1 driver) | wall µs per pair | client CPU | server CPU | neither on CPU | "
+    print("| client (W1 driver) | wall µs per pair | pair p50 µs | client CPU | server CPU | neither on CPU | "
           "client context switches |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     failed = []
     for name, _ in drivers:
         row = per[name]
         if not row:
-            print(f"| {name} | failed | | | | |")
+            print(f"| {name} | failed | | | | | |")
             failed.append(name)
             continue
         med = {k: statistics.median(v) for k, v in row.items()}
         rest = med["wall"] - med["cpu"] - med["server"]
-        print(f"| {name} | {med['wall']:.1f} | {med['cpu']:.1f} | {med['server']:.1f} | {rest:.1f} | {med['cs']:.2f} |")
+        print(f"| {name} | {med['wall']:.1f} | {med['p50']:.1f} | {med['cpu']:.1f} | {med['server']:.1f} | {rest:.1f} | "
+              f"{med['cs']:.2f} |")
     print()
     print(f"Medians of {a.rounds} interleaved rounds; CPU columns from the difference between a {a.long}-pair "
           f"and a {a.short}-pair run of each driver (start-up and warm-up cancel), µs per pair.")

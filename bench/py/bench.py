@@ -5,7 +5,9 @@
                        --hold-ms 1 --procs 0|1]
 
 Statistics and the redis-lock-bench/v1 line are made by bench/run.py (same code for every
-language). LIB is one of: raw, redis-py-lock, python-redis-lock, pottery, ferrolock.
+language). LIB is one of: raw, raw-scripts, redis-py-lock, python-redis-lock, pottery, ferrolock
+(raw-scripts: redis-py sending ferrolock's own acquire and release scripts, a reference for
+bench/py/account.py: the same server work without the binding).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class Lib:
             self.r = redis.Redis.from_url(url)
             self.lib_version = {
                 "raw": version("redis"),
+                "raw-scripts": version("redis"),
                 "redis-py-lock": version("redis"),
                 "python-redis-lock": version("python-redis-lock"),
                 "pottery": version("pottery"),
@@ -81,6 +84,14 @@ class Lib:
         if lib == "raw":
             self.cad = self.r.register_script(CAD)
             self.settings = {"acquire": "SET NX PX", "release": "EVALSHA compare-and-delete", "wait": "none"}
+        elif lib == "raw-scripts":
+            scripts = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "core", "scripts")
+            with open(os.path.join(scripts, "acquire.lua")) as f:
+                self.fl_acquire = self.r.register_script(f.read())
+            with open(os.path.join(scripts, "release.lua")) as f:
+                self.fl_release = self.r.register_script(f.read())
+            self.settings = {"acquire": "EVALSHA core/scripts/acquire.lua", "release": "EVALSHA core/scripts/release.lua",
+                             "wait": "none"}
         elif lib == "redis-py-lock":
             self.sleep = 0.1 if config == "default" else 0.001
             self.settings = {"sleep_s": self.sleep}
@@ -102,6 +113,8 @@ class Lib:
         lib = self.lib
         if lib == "raw":
             return RawLock(self, name)
+        if lib == "raw-scripts":
+            return RawScriptsLock(self, name)
         if lib == "redis-py-lock":
             lk = self.r.lock(name, timeout=TTL_S, sleep=self.sleep, blocking_timeout=WAIT_S)
             return Adapter(lk.acquire, lk.release)
@@ -133,6 +146,24 @@ class RawLock:
 
     def release(self):
         self.cad(keys=[self.name], args=[self.token])
+
+
+class RawScriptsLock:
+    """The W1 pair of a ferrolock client, sent by redis-py: the protocol's acquire (a fresh grant)
+    and release (count 0) scripts with the arguments the core sends in W1. No waiting, no
+    reentrancy bookkeeping, no watchdog: a reference for the server's share of a pair."""
+
+    def __init__(self, lib: Lib, name: str):
+        self.acq, self.rel = lib.fl_acquire, lib.fl_release
+        self.key = f"ferrolock:{{{name}}}"
+        self.token = os.urandom(16).hex()
+
+    def acquire(self) -> bool:
+        r = self.acq(keys=[self.key, self.key + ":fence"], args=[self.token, TTL_S * 1000, 7 * 24 * 3600 * 1000, 1024])
+        return r[0] == 1
+
+    def release(self):
+        self.rel(keys=[self.key], args=[self.token, self.key + ":released", "0"])
 
 
 # ---- ferrolock binding (its API is documented in bindings-python; adapt here if it changes) ----
