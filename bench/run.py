@@ -940,9 +940,14 @@ def charts(run: Run, floor):
         labels = [f"{x['peer']} [{x['config']}]" for x in w1]
         colors = ["#e67e22" if x["lib"] == "raw-scripts" else "#c0392b" if not is_peer(x) else "#7f8c8d" for x in w1]
         ax.barh(labels, [x["ops_per_s"] for x in w1], color=colors)
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color="#c0392b", label="ferrolock"), Patch(color="#7f8c8d", label="peers and raw clients")]
+        if any(x["lib"] == "raw-scripts" for x in w1):
+            handles.append(Patch(color="#e67e22", label="reference: ferrolock's scripts from a raw client"))
         if floor:
-            ax.axvline(floor_rate(floor), color="black", linestyle="--", label="floor (-c 1, mean)")
-            ax.legend(loc="lower right")
+            handles.append(ax.axvline(floor_rate(floor), color="black", linestyle="--", label="floor (-c 1, mean)"))
+        ax.legend(handles=handles, loc="lower right", fontsize=8)
         ax.set_xlabel("acquire+release pairs per second (W1, median of 3)")
         ax.set_title(f"W1 uncontended — {run.tag}")
         fig.tight_layout()
