@@ -3,7 +3,7 @@
 # W4, raw redis-py and redis-py Lock; no Node, no bindings): it must run end to
 # end and produce its JSON lines, summary and charts; then bench/py/account.py runs the Rust drivers
 # for a few pairs. It never fails on a number; only a broken harness (a driver that cannot run, no
-# ferrolock W1 line, no floor, no chart, no account row) fails it.
+# ferrolock W1 line, no floor, no chart, no account row, a reference client that cannot run) fails it.
 # Results go to a temporary directory so CI never dirties bench/results/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,4 +35,8 @@ for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep
 # (account.py exits non-zero when a driver it was given produced no row.)
 python3 bench/py/account.py --port "$port" --rounds 1 --short 20 --long 80 --warmup 5 \
   --rust "${CARGO_TARGET_DIR:-target}/release/ferrolock-bench"
+# The reference client that sends ferrolock's own scripts from redis-py (full runs only; it reads
+# core/scripts/*.lua, so a moved or renamed script must fail here, not in a 12-minute run).
+bench/.venv/bin/python bench/py/bench.py w1 --lib raw-scripts --config default --url "redis://127.0.0.1:$port" \
+  --n 20 --warmup 5 --reps 1 | bench/.venv/bin/python -c 'import json, sys; d = json.load(sys.stdin); assert d["ok"] and len(d["reps"][0]["acq_ns"]) == 20, d'
 echo "test-bench: harness smoke test passed"
