@@ -4,8 +4,9 @@
 //   node bench.mjs w2 --lib LIB --config ... --url U --mode any|forced [--workers 8 --secs 10 --hold-ms 1]
 //
 // LIB: raw (ioredis SET NX PX + EVALSHA), raw-scripts (ioredis sending ferrolock's own acquire and
-// release scripts: a reference for bench/py/account.py, the same server work without the binding),
-// redlock (v5), semaphore-mutex, semaphore-redlock-mutex, ferrolock (the napi binding, when built). Statistics are made by bench/run.py.
+// release scripts: a reference, the same server work without the binding), redlock (v5),
+// semaphore-mutex, semaphore-redlock-mutex, ferrolock (the napi binding, when built).
+// Statistics are made by bench/run.py.
 
 import { createRequire } from 'node:module';
 import { randomBytes } from 'node:crypto';
@@ -63,9 +64,9 @@ async function makeLib(lib, config, url) {
   }
   if (lib === 'raw-scripts') {
     // The W1 pair of a ferrolock client, sent by ioredis: the protocol's acquire (a fresh grant)
-    // and release (count 0) scripts with the arguments the core sends in W1 (strace: 9 and 7
-    // elements).
-    // No waiting, no reentrancy bookkeeping, no watchdog: a reference for the server's share.
+    // and release (count 0) scripts with the arguments the core sends in W1 (the same 9 and 7
+    // elements). No waiting, no reentrancy bookkeeping, no watchdog: a reference for the server's
+    // share of a pair.
     const script = (f) => readFileSync(new URL(`../../core/scripts/${f}`, import.meta.url), 'utf8');
     redis.defineCommand('flAcquire', { numberOfKeys: 2, lua: script('acquire.lua') });
     redis.defineCommand('flRelease', { numberOfKeys: 1, lua: script('release.lua') });
