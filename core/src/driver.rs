@@ -15,7 +15,7 @@
 //! is pending and no caller drives. "A while" is [`IDLE`] after it stepped off, and doubles up
 //! to [`IDLE_MAX`] each time it looks and finds drives still starting: in a loop of calls it
 //! wakes once per 4 ms instead of twice per call (it woke once per millisecond before 2026-11-26,
-//! which cost the Node addon's W1 loop 5 % of its pairs: bench/README, "Run 2026-11-26-d").
+//! which cost the Node addon's W1 loop 5 % of its pairs: bench/FINDINGS.md, "Run 2026-11-26-d").
 
 use std::future::Future;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};

@@ -2,7 +2,7 @@
 //!
 //! A lock's acquire and release scripts are a request and its reply. Through the reconnecting
 //! multiplexed connection each one crosses a channel to the driver task, a oneshot back and the
-//! driver's RESP3 parser; measured with `client-stack` (bench/README.md, "Client stack") that is
+//! driver's RESP3 parser; measured with `client-stack` (bench/FINDINGS.md, "Client stack") that is
 //! the largest single part of an uncontended acquire + release. [`HotConn`] is a second,
 //! plain request/reply connection (RESP2, no pushes) on which the calling task writes its request
 //! and reads its reply itself. It carries only the acquire and release scripts, and only for a

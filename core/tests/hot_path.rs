@@ -115,7 +115,8 @@ async fn a_request_times_out_a_full_response_timeout_after_it_started() {
 }
 
 /// An acquire's and a release's futures stay small: the bindings move each call's future into a
-/// task, and a large one cost the Node binding measurably (bench/README.md, "Future sizes").
+/// task, and a large one cost the Node binding measurably (bench/FINDINGS.md, run 2026-11-26-c:
+/// "The futures are smaller").
 /// Rarely taken paths (subscribing, undoing, Redlock, the multiplexed fallback) are boxed.
 #[tokio::test]
 async fn acquire_and_release_futures_stay_small() {

@@ -1,4 +1,4 @@
-//! `client-stack`: where a W1 pair's client time goes (bench/README.md, "Client stack").
+//! `client-stack`: where a W1 pair's client time goes (bench/FINDINGS.md, "Client stack").
 //!
 //! The same acquire + release pair against one server, sent through thinner and thinner client
 //! stacks, all on the calling thread:
