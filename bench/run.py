@@ -871,8 +871,12 @@ def targets_section(run, floor, w1, w2):
     prl = next((x for x in w2 if x["mode"] == "forced" and x["lib"] == "python-redis-lock" and x["workers_are"] == "threads"), None)
     # Every ferrolock W2 line of the run gets its rows: each language, worker kind and mode.
     mine = [x for x in w2 if x["lib"] == "ferrolock"]
+
+    def who_of(x):
+        return f"{x['lang']} {x.get('workers_are', 'workers')}, {x['config']}"
+
     for f in (x for x in mine if x["mode"] == "forced"):
-        who = f"{f['lang']} {f.get('workers_are', 'workers')}, {f['config']}"
+        who = who_of(f)
         g = f["handoff_gap_other_us"]
         if prl:
             p = prl["handoff_gap_other_us"]["p50"]
@@ -884,7 +888,7 @@ def targets_section(run, floor, w1, w2):
     any_peers = [x for x in w2 if x["mode"] == "any" and is_peer(x)]
     best_any = max(any_peers, key=lambda x: x["acq_per_s"]) if any_peers else None
     for a in (x for x in mine if x["mode"] == "any"):
-        who = f"{a['lang']} {a.get('workers_are', 'workers')}, {a['config']}"
+        who = who_of(a)
         row(f"W2 any: fairness min/max ≥ 0.8 [{who}]", f"{a['fairness']['min_over_max']}",
             a["fairness"]["min_over_max"] >= 0.8)
         if best_any:
