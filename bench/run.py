@@ -447,8 +447,8 @@ class Run:
             self.emit(line)
             return
         # Census: the same driver, a short run under MONITOR, kept out of the timed run. Attached
-        # to the timed run, MONITOR tripled ferrolock Python's handoff gap and left
-        # python-redis-lock's as it was (bench/FINDINGS.md, "2026-11-27, later").
+        # to the timed run, MONITOR lengthened every handoff, ferrolock Python's 2-3 x
+        # (bench/FINDINGS.md, "2026-11-27, later").
         cen_secs = 1 if self.quick else 2
         server.cli("FLUSHALL")
         mon = Monitor(server, W2_CPU)
