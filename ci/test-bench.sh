@@ -22,6 +22,10 @@ need = {("W1", "ferrolock"), ("W2", "ferrolock"), ("W3", "ferrolock"), ("W4", "r
 have = {(l["workload"], l["lib"]) for l in lines if l["ok"]}
 missing = need - have
 assert not missing, f"harness produced no ok line for {missing}"
+# W2 counts client commands in a census run of its own (MONITOR never on the timed run).
+for l in lines:
+    if l["workload"] == "W2" and l["ok"]:
+        assert not l["monitor_attached"] and l["client_cmds_per_acq"] is not None, (l["peer"], l["client_cmds_by_name"])
 print(f"bench smoke: {len(lines)} lines, workloads {sorted({l['workload'] for l in lines})}")
 PY
 # The per-language account (bench/py/account.py, printed by bench/profile.sh): Rust drivers only,
