@@ -410,7 +410,7 @@ impl Lock {
         if !hold.has_watchdog() {
             c.watchdog.register(&hold, inner.hold_key.clone(), inner.token.clone());
         }
-        Guard { lock: self.clone(), hold, released: AtomicBool::new(false) }
+        Guard { lock: self.clone(), hold, released: AtomicBool::new(false), done: AtomicBool::new(false) }
     }
 
     /// Set this token's count on the server to `target` (0 deletes and publishes). Idempotent.
@@ -662,7 +662,11 @@ impl Drop for Pending {
 pub struct Guard {
     lock: Lock,
     hold: Arc<Hold>,
+    /// Set while a release is in flight and after it (reset by a transient failure).
     released: AtomicBool,
+    /// This level was released: the guard reports `Released` from then on, even while other
+    /// levels of the same hold stay live or after the hold is lost.
+    done: AtomicBool,
 }
 
 impl Guard {
@@ -672,14 +676,19 @@ impl Guard {
         self.hold.fence
     }
 
-    /// The reentrancy depth of this handle's hold.
+    /// The reentrancy depth of this handle's hold (zero once this level is released or the
+    /// hold is lost).
     pub fn count(&self) -> u32 {
-        if self.hold.is_final() { 0 } else { self.hold.live_levels() }
+        if self.is_done() || self.hold.is_final() { 0 } else { self.hold.live_levels() }
     }
 
-    /// Time left until the local deadline (zero once lost or released).
+    /// Time left until the local deadline (zero once lost or this level released).
     pub fn remaining(&self) -> Duration {
-        self.hold.remaining()
+        if self.is_done() { Duration::ZERO } else { self.hold.remaining() }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
     }
 
     /// `Ok` if still held with at least `margin` of validity left; [`ErrorKind::Lost`] otherwise.
@@ -694,9 +703,10 @@ impl Guard {
         }
     }
 
-    /// The hold's state.
+    /// The hold's state; `Released` once this guard's level is released, also while other
+    /// levels of the hold stay live.
     pub fn state(&self) -> LockState {
-        self.hold.state()
+        if self.is_done() { LockState::Released } else { self.hold.state() }
     }
 
     /// Whether the hold is lost.
@@ -708,6 +718,9 @@ impl Guard {
     pub async fn lost(&self) {
         let mut rx = self.hold.subscribe();
         loop {
+            if self.is_done() {
+                std::future::pending::<()>().await;
+            }
             if self.hold.state() == LockState::Lost {
                 return;
             }
@@ -727,9 +740,12 @@ impl Guard {
         self.hold.subscribe()
     }
 
-    /// Call `cb` once if the hold is lost (at once if it already is). Runs on a blocking-pool
-    /// thread; it may call back into ferrolock.
+    /// Call `cb` once if the hold is lost (at once if it already is; never once this guard's
+    /// level is released). Runs on a blocking-pool thread; it may call back into ferrolock.
     pub fn on_lost(&self, cb: impl FnOnce(Error) + Send + 'static) {
+        if self.is_done() {
+            return; // released: never lost
+        }
         let cb: LostCallback = Box::new(cb);
         self.hold.on_lost(cb);
     }
@@ -753,7 +769,11 @@ impl Guard {
         let r = self.release_inner().await;
         match &r {
             Err(e) if e.kind().is_transient() => self.released.store(false, Ordering::Release),
-            _ => {
+            Ok(()) => {
+                self.done.store(true, Ordering::Release);
+                self.hold.drop_guard();
+            }
+            Err(_) => {
                 self.hold.drop_guard();
             }
         }

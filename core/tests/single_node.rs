@@ -121,6 +121,11 @@ async fn reentrancy_and_non_owner() {
 
     g3.release().await.unwrap();
     assert_eq!(g1.count(), 2);
+    // A released level reads released while the outer levels stay live.
+    assert_eq!((g3.state(), g3.count(), g3.remaining()), (LockState::Released, 0, Duration::ZERO));
+    assert_eq!(g3.ensure(Duration::ZERO).unwrap_err().kind(), ErrorKind::NotHeld);
+    assert_eq!(g1.state(), LockState::Held);
+    g1.ensure(Duration::ZERO).unwrap();
     g2.release().await.unwrap();
     assert_eq!(client.inspect("re").await.unwrap().unwrap().count, 1);
     g1.release().await.unwrap();
