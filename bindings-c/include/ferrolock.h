@@ -215,7 +215,7 @@ typedef struct {
    */
   uint32_t max_reentrancy;
   /**
-   * Key prefix (UTF-8, `prefix_len` bytes, no `{` or `}`); NULL: `"ferrolock:"`.
+   * Key prefix (UTF-8, `prefix_len` bytes, no `{` or `}`); NULL (with length 0): `"ferrolock:"`.
    */
   const char *prefix;
   /**
@@ -233,8 +233,8 @@ typedef struct {
   uint64_t redlock_node_timeout_ms;
   /**
    * `rediss://` only: path of a PEM file with the CA certificates to trust instead of the
-   * system store (UTF-8, `tls_ca_file_len` bytes); NULL: the system store. The server's chain
-   * and host name are always verified.
+   * system store (UTF-8, `tls_ca_file_len` bytes); NULL (with length 0): the system store.
+   * The server's chain and host name are always verified.
    */
   const char *tls_ca_file;
   /**

@@ -34,7 +34,7 @@ pub struct ferrolock_client_options {
     pub max_name_len: usize,
     /// Deepest re-entry through one lock handle; 0: 1024.
     pub max_reentrancy: u32,
-    /// Key prefix (UTF-8, `prefix_len` bytes, no `{` or `}`); NULL: `"ferrolock:"`.
+    /// Key prefix (UTF-8, `prefix_len` bytes, no `{` or `}`); NULL (with length 0): `"ferrolock:"`.
     pub prefix: *const c_char,
     /// Length of `prefix` in bytes.
     pub prefix_len: usize,
@@ -44,8 +44,8 @@ pub struct ferrolock_client_options {
     /// Redlock only: per-master timeout in ms, far below the TTL; 0: 50.
     pub redlock_node_timeout_ms: u64,
     /// `rediss://` only: path of a PEM file with the CA certificates to trust instead of the
-    /// system store (UTF-8, `tls_ca_file_len` bytes); NULL: the system store. The server's chain
-    /// and host name are always verified.
+    /// system store (UTF-8, `tls_ca_file_len` bytes); NULL (with length 0): the system store.
+    /// The server's chain and host name are always verified.
     pub tls_ca_file: *const c_char,
     /// Length of `tls_ca_file` in bytes.
     pub tls_ca_file_len: usize,
@@ -89,20 +89,24 @@ unsafe fn to_options(o: Option<&ferrolock_client_options>) -> Result<ClientOptio
         let timeout = ms(o.replica_acks_timeout_ms, Duration::from_millis(100));
         opts.replica_acks = Some(ferrolock::ReplicaAcks::new(o.replica_acks, timeout));
     }
-    if !o.prefix.is_null() {
-        // SAFETY: forwarded contract.
-        opts.prefix = unsafe { utf8(o.prefix, o.prefix_len, "prefix", ErrorKind::InvalidConfig) }?.to_owned();
-    }
+    // NULL with length 0 is "not given"; NULL with a non-zero length is NULL_ARGUMENT (`utf8`).
     // SAFETY: forwarded contract.
-    let path = |p: *const c_char, len: usize, what: &str| -> Result<Option<&str>, ferrolock::Error> {
-        if p.is_null() { Ok(None) } else { unsafe { utf8(p, len, what, ErrorKind::InvalidConfig) }.map(Some) }
+    let optional = |p: *const c_char, len: usize, what: &str| -> Result<Option<&str>, ferrolock::Error> {
+        if p.is_null() && len == 0 {
+            Ok(None)
+        } else {
+            unsafe { utf8(p, len, what, ErrorKind::InvalidConfig) }.map(Some)
+        }
     };
-    if let Some(ca) = path(o.tls_ca_file, o.tls_ca_file_len, "tls_ca_file")? {
+    if let Some(prefix) = optional(o.prefix, o.prefix_len, "prefix")? {
+        opts.prefix = prefix.to_owned();
+    }
+    if let Some(ca) = optional(o.tls_ca_file, o.tls_ca_file_len, "tls_ca_file")? {
         opts.tls = opts.tls.with_root_ca_file(ca)?;
     }
     match (
-        path(o.tls_cert_file, o.tls_cert_file_len, "tls_cert_file")?,
-        path(o.tls_key_file, o.tls_key_file_len, "tls_key_file")?,
+        optional(o.tls_cert_file, o.tls_cert_file_len, "tls_cert_file")?,
+        optional(o.tls_key_file, o.tls_key_file_len, "tls_key_file")?,
     ) {
         (None, None) => {}
         (Some(cert), Some(key)) => opts.tls = opts.tls.with_client_cert_files(cert, key)?,

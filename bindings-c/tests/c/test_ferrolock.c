@@ -293,6 +293,18 @@ static ferrolock_result r_prefix_utf8(fixture *f, ferrolock_error **e) {
   o.prefix_len = 1;
   return client_with(f, o, URL, e);
 }
+static ferrolock_result r_prefix_null_len(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.prefix = NULL;
+  o.prefix_len = 5;
+  return client_with(f, o, URL, e);
+}
+static ferrolock_result r_tls_ca_null_len(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.tls_ca_file = NULL;
+  o.tls_ca_file_len = 12;
+  return client_with(f, o, "rediss://localhost:1", e);
+}
 static ferrolock_result r_tls_ca_missing(fixture *f, ferrolock_error **e) {
   ferrolock_client_options o = opts_zero();
   o.tls_ca_file = "/nonexistent/ca.crt";
@@ -456,6 +468,8 @@ static const struct {
     {"guard_on_lost(callback NULL)", FERROLOCK_RESULT_NULL_ARGUMENT, r_callback_null, 0},
     {"guard_release(NULL)", FERROLOCK_RESULT_NULL_ARGUMENT, r_release_null, 0},
     {"client_force_unlock(name NULL, len 6)", FERROLOCK_RESULT_NULL_ARGUMENT, r_force_name_null, 0},
+    {"client_new(options.prefix NULL, len 5)", FERROLOCK_RESULT_NULL_ARGUMENT, r_prefix_null_len, 0},
+    {"client_new(options.tls_ca_file NULL, len 12)", FERROLOCK_RESULT_NULL_ARGUMENT, r_tls_ca_null_len, 0},
     /* Malformed URLs, interior NUL, unknown scheme */
     {"client_new(invalid UTF-8 URL)", FERROLOCK_RESULT_INVALID_URL, r_url_utf8, 0},
     {"client_new(NUL inside the URL)", FERROLOCK_RESULT_INVALID_URL, r_url_nul, 0},
