@@ -158,6 +158,49 @@ func TestBadInputMatrix(t *testing.T) {
 			}
 			return nil
 		}},
+		// Nil handles (`c, err := Connect(…); defer c.Close()` with err set) and a zero Held:
+		// closed, never a panic.
+		{"Close(nil client, lock and held; zero held)", 0, func(t *testing.T) error {
+			return errors.Join((*ferrolock.Client)(nil).Close(), (*ferrolock.Lock)(nil).Close(),
+				(*ferrolock.Held)(nil).Close(), (&ferrolock.Held{}).Close())
+		}},
+		{"Lock(nil client)", ferrolock.ErrClosed, func(t *testing.T) error { return only((*ferrolock.Client)(nil).Lock("n", nil)) }},
+		{"ForceUnlock(nil client)", ferrolock.ErrClosed, func(t *testing.T) error { _, err := (*ferrolock.Client)(nil).ForceUnlock(ctx, "matrix"); return err }},
+		{"Acquire(nil lock)", ferrolock.ErrClosed, func(t *testing.T) error { return only((*ferrolock.Lock)(nil).Acquire(ctx)) }},
+		{"TryAcquire(nil lock)", ferrolock.ErrClosed, func(t *testing.T) error { return only((*ferrolock.Lock)(nil).TryAcquire(ctx)) }},
+		{"Release(nil held)", ferrolock.ErrClosed, func(t *testing.T) error { return (*ferrolock.Held)(nil).Release(ctx) }},
+		{"Extend(zero held)", ferrolock.ErrClosed, func(t *testing.T) error { return (&ferrolock.Held{}).Extend(ctx, time.Second) }},
+		{"Ensure(nil held)", ferrolock.ErrClosed, func(t *testing.T) error { return (*ferrolock.Held)(nil).Ensure(0) }},
+		{"nil handles' getters: false, \"\", released, 0, never lost, done context", 0, func(t *testing.T) error {
+			var h, z, l = (*ferrolock.Held)(nil), &ferrolock.Held{}, (*ferrolock.Lock)(nil)
+			if (*ferrolock.Client)(nil).IsRedlock() || l.Name() != "" || h.Fence() != 0 || h.Lost() != nil || z.Lost() != nil {
+				return errors.New("a nil handle's getter reports something")
+			}
+			for _, x := range []*ferrolock.Held{h, z} {
+				if n, err := x.Count(); n != 0 || !errors.Is(err, ferrolock.ErrClosed) || x.State() != ferrolock.StateReleased ||
+					x.Remaining() != 0 || x.Context().Err() == nil {
+					return fmt.Errorf("%#v: count %d (%v), %v, %v left, context %v", x, n, err, x.State(), x.Remaining(), x.Context().Err())
+				}
+			}
+			return nil
+		}},
+		// A context deadline beyond the longest wait the library takes (one year) is no error:
+		// the wait is unbounded and ends with the context.
+		{"Acquire(deadline in two years), free lock: granted", 0, func(t *testing.T) error {
+			far, cancel := context.WithDeadline(ctx, time.Now().Add(2*365*24*time.Hour))
+			defer cancel()
+			l := newLock(t, c, "matrix-far", lease(5*time.Second))
+			h, err := l.Acquire(far)
+			if err != nil {
+				return err
+			}
+			return h.Release(ctx)
+		}},
+		{"Acquire(deadline in two years, then cancelled), held lock", ferrolock.ErrCancelled, func(t *testing.T) error {
+			far, cancel := context.WithDeadline(ctx, time.Now().Add(2*365*24*time.Hour))
+			time.AfterFunc(50*time.Millisecond, cancel)
+			return only(rival.Acquire(far))
+		}},
 		// Double release: "not held", never deletes another's (or a newer) hold.
 		{"Release(released, the same Lock holds again)", ferrolock.ErrNotHeld, func(t *testing.T) error { return releasedMine.Release(ctx) }},
 		{"Release(released, another Lock holds)", ferrolock.ErrNotHeld, func(t *testing.T) error { return releasedRival.Release(ctx) }},

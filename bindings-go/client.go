@@ -207,13 +207,21 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
 	}, nil)
 }
 
+// load and take treat a nil *Client as closed, so that its methods return ErrClosed (and Close
+// is a no-op) instead of panicking, e.g. after `c, err := Connect(…); defer c.Close()`.
 func (c *Client) load() *C.ferrolock_client {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ptr
 }
 
 func (c *Client) take() *C.ferrolock_client {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.ptr

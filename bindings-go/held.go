@@ -117,10 +117,18 @@ func ferrolockGoLost(handle C.uintptr_t, code C.uint32_t, message *C.char) {
 
 // Fence returns the fencing token: strictly increasing across grants of the lock name, the same
 // for re-entry and renewal. Pass it to the resource, which must reject lower tokens.
-func (h *Held) Fence() uint64 { return h.fence }
+func (h *Held) Fence() uint64 {
+	if h == nil {
+		return 0
+	}
+	return h.fence
+}
 
 // Lost returns a channel closed when the hold is lost (never closed if it is released first).
 func (h *Held) Lost() <-chan struct{} {
+	if h == nil || h.lost == nil {
+		return nil // not a hold (nil or zero Held): never lost
+	}
 	h.watchLoss()
 	return h.lost.ch
 }
@@ -129,9 +137,18 @@ func (h *Held) Lost() <-chan struct{} {
 // hold is lost (context.Cause is then an *Error matching ErrLost), or with context.Canceled when
 // this Held is released or closed. Run the work that needs the lock under it.
 func (h *Held) Context() context.Context {
+	if h == nil || h.ctx == nil {
+		return closedContext // not a hold (nil or zero Held): as after Close
+	}
 	h.watchLoss()
 	return h.ctx
 }
+
+var closedContext = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // Release releases this level of the hold (at depth 0 the lock is deleted and waiters wake).
 // The release is always sent, even if ctx is already done; if ctx ends first Release returns
@@ -230,7 +247,12 @@ func (h *Held) Ensure(margin time.Duration) error {
 // Close frees the handle without releasing the lock in Redis (the lease runs out) and cancels
 // Context(). Idempotent.
 func (h *Held) Close() error {
-	h.lost.end(nil)
+	if h == nil {
+		return nil
+	}
+	if h.lost != nil {
+		h.lost.end(nil)
+	}
 	if p := h.take(); p != nil {
 		C.ferrolock_guard_free(p)
 		runtime.SetFinalizer(h, nil)
@@ -238,13 +260,20 @@ func (h *Held) Close() error {
 	return nil
 }
 
+// load and take treat a nil *Held as closed (ErrClosed, never a panic).
 func (h *Held) load() *C.ferrolock_guard {
+	if h == nil {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.ptr
 }
 
 func (h *Held) take() *C.ferrolock_guard {
+	if h == nil {
+		return nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p := h.ptr

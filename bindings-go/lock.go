@@ -44,7 +44,12 @@ type Lock struct {
 }
 
 // Name returns the lock's name.
-func (l *Lock) Name() string { return l.name }
+func (l *Lock) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
 // Close frees the handle. Idempotent. Held locks acquired through it stay usable.
 func (l *Lock) Close() error {
@@ -70,9 +75,11 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 	}
 	wait := C.int64_t(-1)
 	dl, bounded := ctx.Deadline()
-	if bounded {
+	if bounded && time.Until(dl) <= maxWait {
 		wait = C.int64_t(millis(time.Until(dl)))
 	}
+	// A deadline further away than the library accepts as a wait: wait without bound, and let
+	// ctx's cancellation (below: a context with a deadline can always be cancelled) end it.
 	var cerr *C.ferrolock_error
 	if ctx.Done() == nil { // never cancelled: no token needed
 		var g *C.ferrolock_guard
@@ -121,6 +128,9 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 	return h, nil
 }
 
+// maxWait is the longest wait the library accepts (one year, core's MAX_DURATION).
+const maxWait = 365 * 24 * time.Hour
+
 // TryAcquire makes one attempt without waiting: (nil, nil) when another owner holds the lock.
 func (l *Lock) TryAcquire(ctx context.Context) (*Held, error) {
 	p := l.load()
@@ -140,13 +150,20 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Held, error) {
 	return newHeld(ctx, g), nil
 }
 
+// load and take treat a nil *Lock as closed (ErrClosed, never a panic).
 func (l *Lock) load() *C.ferrolock_lock {
+	if l == nil {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ptr
 }
 
 func (l *Lock) take() *C.ferrolock_lock {
+	if l == nil {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := l.ptr
