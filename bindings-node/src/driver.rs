@@ -33,7 +33,7 @@ use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
 use napi::{Env, JsError, Status, sys};
 use tokio::io::unix::AsyncFd;
 
-use crate::reply::Reply;
+use crate::reply::{Reply, Undelivered};
 
 static DRIVER: OnceLock<Result<&'static Driver, String>> = OnceLock::new();
 
@@ -99,6 +99,8 @@ unsafe impl Send for SendTsfn {}
 /// One JS thread's side: its event loop, its prepare handle, its threadsafe function.
 struct EnvLoop {
     env: sys::napi_env,
+    /// Set at env teardown: the calls of this thread still running are dropped (see `promise`).
+    gone: tokio::sync::watch::Sender<bool>,
     uv: *mut uv_loop,
     prepare: *mut c_void,
     tsfn: Arc<TsfnSlot>,
@@ -184,6 +186,7 @@ fn env_loop(env: sys::napi_env) -> napi::Result<Rc<EnvLoop>> {
     };
     let el = Rc::new(EnvLoop {
         env,
+        gone: tokio::sync::watch::Sender::new(false),
         uv: uv.cast(),
         prepare,
         tsfn: slot,
@@ -205,10 +208,12 @@ fn env_loop(env: sys::napi_env) -> napi::Result<Rc<EnvLoop>> {
     Ok(el)
 }
 
-/// Env teardown (worker exit, process exit): stop driving from this thread and close the
-/// prepare handle before libuv's loop is closed.
+/// Env teardown (worker exit, process exit): drop this thread's calls still running (nobody can
+/// see their results: a waiting acquire must not take the lock for a lease later), stop driving
+/// from this thread and close the prepare handle before libuv's loop is closed.
 unsafe extern "C" fn env_teardown(_arg: *mut c_void) {
     if let Some(el) = ENV_LOOP.with(|s| s.borrow_mut().take()) {
+        el.gone.send_replace(true);
         el.uv_fd.borrow_mut().take(); // deregister libuv's fd from the reactor
         // SAFETY: the handle was initialized on this thread's loop and not closed yet.
         unsafe {
@@ -384,7 +389,7 @@ unsafe impl Send for SendDeferred {}
 
 /// Settles one promise exactly once: with the call's reply, or (task dropped unfinished, e.g.
 /// a panic) with an internal error.
-struct Settle<T: ToNapiValue + Send + 'static> {
+struct Settle<T: ToNapiValue + Undelivered + Send + 'static> {
     /// The env the promise belongs to (compared, never dereferenced, off its thread).
     env: usize,
     tsfn: Arc<TsfnSlot>,
@@ -392,11 +397,25 @@ struct Settle<T: ToNapiValue + Send + 'static> {
     _t: std::marker::PhantomData<fn(T)>,
 }
 
-impl<T: ToNapiValue + Send + 'static> Settle<T> {
+/// A reply inside a [`Completion`]: dropped without reaching JS (the thread was torn down), it
+/// is handed to [`Undelivered`].
+struct Delivery<T: Undelivered>(Option<Reply<T>>);
+
+impl<T: Undelivered> Drop for Delivery<T> {
+    fn drop(&mut self) {
+        if let Some(Reply(Ok(v))) = self.0.take() {
+            v.undelivered();
+        }
+    }
+}
+
+impl<T: ToNapiValue + Undelivered + Send + 'static> Settle<T> {
     fn send(&mut self, reply: Reply<T>) {
         let Some(d) = self.deferred.take() else { return };
+        let mut delivery = Delivery(Some(reply));
         let done: Completion = Box::new(move |env| {
             let d = d;
+            let Some(reply) = delivery.0.take() else { return };
             // SAFETY: on the JS thread with a live env (see settle_on_js_thread).
             unsafe {
                 match Reply::to_napi_value(env, reply) {
@@ -435,7 +454,7 @@ impl<T: ToNapiValue + Send + 'static> Settle<T> {
     }
 }
 
-impl<T: ToNapiValue + Send + 'static> Drop for Settle<T> {
+impl<T: ToNapiValue + Undelivered + Send + 'static> Drop for Settle<T> {
     fn drop(&mut self) {
         if self.deferred.is_some() {
             self.send(Reply::err(ferrolock::Error::new(
@@ -449,7 +468,7 @@ impl<T: ToNapiValue + Send + 'static> Drop for Settle<T> {
 /// Run `fut` on the runtime; a promise of its reply.
 pub fn promise<'env, T, F>(env: &'env Env, fut: F) -> napi::Result<PromiseRaw<'env, Reply<T>>>
 where
-    T: ToNapiValue + Send + 'static,
+    T: ToNapiValue + Undelivered + Send + 'static,
     F: Future<Output = Reply<T>> + Send + 'static,
 {
     // Boxed first: a call's future is 1-2 KB (an acquire was 3.7 KB before 07d8119), and every
@@ -474,9 +493,22 @@ where
         deferred: Some(SendDeferred(deferred)),
         _t: std::marker::PhantomData,
     };
+    let mut gone = el.gone.subscribe();
     d.runtime().spawn(async move {
-        let reply = fut.await;
-        settle.send(reply);
+        tokio::select! {
+            biased;
+            reply = fut => settle.send(reply),
+            // This thread was torn down: drop the call (an acquire in flight is undone by the
+            // core, a waiting one just stops waiting).
+            _ = gone.wait_for(|gone| *gone) => {}
+        }
     });
     Ok(PromiseRaw::new(raw_env, promise))
+}
+
+/// Run `fut` on the runtime, detached (nothing waits for it).
+pub fn spawn(fut: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(d) = driver() {
+        d.runtime().spawn(fut);
+    }
 }

@@ -25,6 +25,15 @@ impl Held {
     }
 }
 
+impl crate::reply::Undelivered for Held {
+    fn undelivered(self) {
+        let guard = self.guard;
+        driver::spawn(async move {
+            let _ = guard.release().await;
+        });
+    }
+}
+
 /// The error handed to a loss callback, built on the JS thread.
 #[derive(Debug)]
 pub struct LostError(ferrolock::Error);

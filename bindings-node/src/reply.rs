@@ -11,6 +11,24 @@ use napi::{JsError, sys};
 #[derive(Debug)]
 pub struct Reply<T>(pub ferrolock::Result<T>);
 
+/// What becomes of a reply that never reaches JS because its thread was torn down (a worker
+/// terminated while the call ran): a grant is released at once, like a cancelled acquire's, instead
+/// of staying taken for a lease by a hold nobody can see. Nothing else needs undoing.
+pub trait Undelivered: Sized {
+    fn undelivered(self) {}
+}
+
+impl Undelivered for () {}
+impl Undelivered for crate::client::Client {}
+impl Undelivered for crate::client::LockInfo {}
+impl<T: Undelivered> Undelivered for Option<T> {
+    fn undelivered(self) {
+        if let Some(v) = self {
+            v.undelivered();
+        }
+    }
+}
+
 impl<T> Reply<T> {
     pub fn err(e: ferrolock::Error) -> Self {
         Reply(Err(e))

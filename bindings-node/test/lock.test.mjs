@@ -383,4 +383,30 @@ describe('worker_threads', () => {
     assert.deepEqual(messages[0], { first: null }, 'held by the main thread');
     assert.ok(messages[1]?.got > held.fence, `the worker got it after the release: ${JSON.stringify(messages)}`);
   });
+
+  test('a worker terminated while its acquire waits leaves no hold behind', async () => {
+    const { Worker } = await import('node:worker_threads');
+    const name = fresh('worker-terminated');
+    const held = await client.lock(name, { ttl: 10000 }).acquire();
+    const src = `
+      const { parentPort, workerData } = require('node:worker_threads');
+      const { Client } = require(workerData.pkg);
+      (async () => {
+        const c = await Client.connect(workerData.url);
+        const waiting = c.lock(workerData.name, { ttl: 10000 }).acquire();
+        parentPort.postMessage('waiting');
+        await waiting;
+      })();
+    `;
+    const pkg = new URL('../index.js', import.meta.url).pathname;
+    const w = new Worker(src, { eval: true, workerData: { url: server.url, name, pkg } });
+    await new Promise((resolve, reject) => { w.once('message', resolve); w.once('error', reject); });
+    await sleep(100); // the worker's acquire has made its attempt and waits for the release
+    await w.terminate();
+    await held.release();
+    // Before the fix the terminated worker's acquire ran on in the process-wide runtime and took
+    // the lock for its whole lease within a millisecond of the release.
+    await sleep(300);
+    assert.equal(await client.inspect(name), null, 'a terminated worker\'s acquire took the lock');
+  });
 });
