@@ -49,6 +49,10 @@ struct St {
     count: u32,
     deadline: Instant,
     ttl: Duration,
+    /// Bumped by every extend and re-entry (which set the lease on the server to a new length):
+    /// a renewal sent before one of them cannot tell whether the server ran it before or after
+    /// it, so its confirmation is not applied (see [`Hold::renewed`]).
+    lease_gen: u64,
     guards: usize,
     watchdog: Option<u64>,
     callbacks: Vec<LostCallback>,
@@ -80,6 +84,7 @@ impl Hold {
                 count,
                 deadline,
                 ttl,
+                lease_gen: 0,
                 guards: 0,
                 watchdog: None,
                 callbacks: Vec::new(),
@@ -133,6 +138,12 @@ impl Hold {
         self.st().ttl
     }
 
+    /// The lease length renewals use, and its generation for [`Hold::renewed`].
+    pub fn lease(&self) -> (Duration, u64) {
+        let st = self.st();
+        (st.ttl, st.lease_gen)
+    }
+
     pub fn remaining(&self) -> Duration {
         if self.state().is_final() {
             return Duration::ZERO;
@@ -140,17 +151,35 @@ impl Hold {
         self.deadline().saturating_duration_since(Instant::now())
     }
 
-    /// A renewal or re-entry confirmed the lease until `deadline`.
-    pub fn renewed(&self, deadline: Instant, ttl: Option<Duration>) {
+    /// A renewal sent with the lease of generation `lease_gen` confirmed the lease until
+    /// `deadline`. Ignored when an extend or re-entry set a new lease since it was sent: the
+    /// server may have run the renewal first, so only the later lease is known to hold.
+    pub fn renewed(&self, deadline: Instant, lease_gen: u64) {
         if self.tx.borrow().is_final() {
             return;
         }
         {
             let mut st = self.st();
-            st.deadline = st.deadline.max(deadline);
-            if let Some(ttl) = ttl {
-                st.ttl = ttl;
+            if st.lease_gen != lease_gen {
+                return;
             }
+            st.deadline = st.deadline.max(deadline);
+        }
+        self.tx.send_if_modified(|s| std::mem::replace(s, LockState::Held) != LockState::Held);
+    }
+
+    /// An extend or re-entry set the lease on the server to `ttl`, confirmed until `deadline`:
+    /// the deadline is exactly that, also when it is sooner than before (a shorter lease), and
+    /// renewals use `ttl` from now on.
+    pub fn leased(&self, deadline: Instant, ttl: Duration) {
+        if self.tx.borrow().is_final() {
+            return;
+        }
+        {
+            let mut st = self.st();
+            st.deadline = deadline;
+            st.ttl = ttl;
+            st.lease_gen += 1;
         }
         self.tx.send_if_modified(|s| std::mem::replace(s, LockState::Held) != LockState::Held);
     }
@@ -237,6 +266,10 @@ impl Hold {
 
     pub fn set_watchdog(&self, id: u64) {
         self.st().watchdog = Some(id);
+    }
+
+    pub fn watchdog_id(&self) -> Option<u64> {
+        self.st().watchdog
     }
 
     pub fn has_watchdog(&self) -> bool {

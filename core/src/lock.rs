@@ -393,7 +393,8 @@ impl Lock {
         let hold = match self.current() {
             Some(h) if count > 1 && h.fence == fence && !h.is_final() => {
                 h.set_count(count);
-                h.renewed(deadline, Some(inner.ttl));
+                h.leased(deadline, inner.ttl);
+                c.watchdog.leased(&h);
                 h
             }
             old => {
@@ -889,7 +890,8 @@ impl Guard {
             lock.give_up(&self.hold, "extend found the lock expired or held by another owner");
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before extend"));
         }
-        self.hold.renewed(timing::deadline(&c.inner.opts, t_send, ttl), Some(ttl));
+        self.hold.leased(timing::deadline(&c.inner.opts, t_send, ttl), ttl);
+        c.inner.watchdog.leased(&self.hold);
         Ok(())
     }
 }

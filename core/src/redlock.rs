@@ -1036,7 +1036,8 @@ impl Quorum {
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before extend"));
         }
         if decided.is_ok() && ok >= self.quorum && !hold.is_final() {
-            hold.renewed(timing::deadline(&self.opts, t_send, ttl), Some(ttl));
+            hold.leased(timing::deadline(&self.opts, t_send, ttl), ttl);
+            lock.inner.client.inner.watchdog.leased(hold);
             return Ok(());
         }
         if hold.is_final() {

@@ -79,6 +79,8 @@ pub(crate) struct Due {
     pub key: Arc<[u8]>,
     pub token: Arc<str>,
     pub ttl: Duration,
+    /// The hold's lease generation when this renewal was taken for sending.
+    lease_gen: u64,
 }
 
 /// What one renewal round says about one hold.
@@ -130,6 +132,23 @@ impl Watchdog {
         self.shared.entries().insert(id, entry);
         hold.set_watchdog(id);
         self.shared.wake.notify_one();
+    }
+
+    /// `hold`'s lease was set anew (extend, re-entry): renew it within a third of the new lease
+    /// from now, not on the old schedule (a shorter lease would run out first).
+    pub fn leased(&self, hold: &Hold) {
+        let Some(id) = hold.watchdog_id() else { return };
+        let due = Instant::now() + hold.ttl() / 3;
+        let sooner = match self.shared.entries().get_mut(&id) {
+            Some(e) if due < e.next_due => {
+                e.next_due = due;
+                true
+            }
+            _ => false,
+        };
+        if sooner {
+            self.shared.wake.notify_one();
+        }
     }
 
     /// Stop tracking `hold` (before its release is sent, or when its last guard is dropped).
@@ -226,8 +245,8 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
         if let Some(e) = entries.get_mut(&id) {
             e.in_flight = true;
             flying.insert(id);
-            let ttl = hold.ttl();
-            due.push(Due { id, hold, key: e.key.clone(), token: e.token.clone(), ttl });
+            let (ttl, lease_gen) = hold.lease();
+            due.push(Due { id, hold, key: e.key.clone(), token: e.token.clone(), ttl, lease_gen });
         }
     }
     drop(flying);
@@ -259,7 +278,7 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
                 // A confirmation that arrives after the local deadline counts for nothing:
                 // state() has marked the hold lost by then.
                 Outcome::Renewed if !d.hold.is_final() => {
-                    d.hold.renewed(timing::deadline(&opts, t_send, d.ttl), None);
+                    d.hold.renewed(timing::deadline(&opts, t_send, d.ttl), d.lease_gen);
                     e.next_due = t_send + d.ttl / 3;
                 }
                 Outcome::Renewed => {}

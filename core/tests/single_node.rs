@@ -369,6 +369,46 @@ async fn watchdog_renews_stops_and_reports_loss() {
     assert_eq!(g.remaining(), Duration::ZERO);
 }
 
+// An extend or re-entry that sets a shorter lease than the one before: the local deadline follows
+// the server's (it used to keep the longer one, so the holder read "held" with seconds left while
+// another owner held the lock), and the watchdog renews on the new lease's schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_lease_shortens_the_local_deadline() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let lock = client.lock("shorter", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let other = client.lock("shorter", LockOptions::lease(Duration::from_secs(10))).unwrap();
+
+    // Extend to a shorter lease, no renewal.
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    g.extend(Duration::from_millis(300)).await.unwrap();
+    assert!(g.remaining() <= Duration::from_millis(300), "extend(300 ms) left {:?}", g.remaining());
+    let theirs = other.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    assert_eq!(g.state(), LockState::Lost, "another owner holds the lock");
+    assert!(g.ensure(Duration::ZERO).is_err());
+    theirs.release().await.unwrap();
+
+    // Re-entry sets the lock's own lease again, after a longer extend.
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    g.extend(Duration::from_secs(60)).await.unwrap();
+    let inner = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert!(inner.remaining() <= Duration::from_secs(10), "re-entry left {:?}", inner.remaining());
+    let pttl: i64 = server.cmd(&["PTTL", "ferrolock:{shorter}"]);
+    assert!(pttl <= 10_000, "the server's lease is {pttl} ms");
+    inner.release().await.unwrap();
+    g.release().await.unwrap();
+
+    // With the watchdog: a 30 s lease extended to 300 ms is renewed every 100 ms, not at 10 s.
+    let renewing = client.lock("shorter", LockOptions::renewing(Duration::from_secs(30))).unwrap();
+    let g = renewing.acquire(Some(Duration::ZERO)).await.unwrap();
+    g.extend(Duration::from_millis(300)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(g.state(), LockState::Held, "the watchdog did not renew the shorter lease");
+    let pttl: i64 = server.cmd(&["PTTL", "ferrolock:{shorter}"]);
+    assert!((1..=300).contains(&pttl), "renewed with the wrong lease: PTTL {pttl} ms");
+    g.release().await.unwrap();
+}
+
 // 7. SCRIPT FLUSH and a server restart mid-run: no user-visible error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_and_restart_are_invisible() {
