@@ -190,7 +190,8 @@ impl NativeLockInfo {
     }
 
     fn __repr__(&self) -> String {
-        format!("LockInfo(count={}, fence={}, ttl={:?})", self.count, self.fence, self.ttl())
+        let ttl = self.ttl().map_or_else(|| "None".to_owned(), |t| format!("{t}"));
+        format!("LockInfo(count={}, fence={}, ttl={ttl})", self.count, self.fence)
     }
 }
 
@@ -288,13 +289,15 @@ impl NativeGuard {
     /// Release this level (at depth 0 the lock is deleted and waiters are woken).
     fn release(&self, py: Python<'_>) -> PyResult<()> {
         let g = self.inner.get(py)?.clone();
-        wait(py, async move { g.release().await })
+        // Runs to its end even if a signal interrupts the caller (a release cut off after it
+        // was sent would leave the guard unusable and the lock taken until its lease ran out).
+        crate::runtime::wait_to_end(py, async move { g.release().await })
     }
 
-    /// Awaitable `release`.
+    /// Awaitable `release`; cancelling the awaitable does not stop the release.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let g = self.inner.get(py)?.clone();
-        future(py, async move { g.release().await }, |py, ()| Ok(py.None()))
+        crate::runtime::future_to_end(py, async move { g.release().await }, |py, ()| Ok(py.None()))
     }
 
     /// Extend the lease to `ttl` from now (owner-checked).

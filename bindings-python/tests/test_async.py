@@ -134,6 +134,41 @@ def test_event_loop_not_blocked(redis: RedisServer, name: str) -> None:
     run(redis, body)
 
 
+def test_a_cancelled_release_still_releases(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name, ttl=10)
+        releasing = asyncio.Event()
+        seen: List[Any] = []
+
+        async def holder() -> None:
+            held = await lock.acquire()
+            seen.append(held)
+            redis.command("CLIENT", "PAUSE", "300", "WRITE")  # holds the release script back
+            releasing.set()
+            try:
+                await held.release()
+            except asyncio.CancelledError:
+                seen.append(lock.held)  # this task holds nothing any more
+                raise
+
+        task = asyncio.create_task(holder())
+        await releasing.wait()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert seen[1:] == [None]
+        deadline = time.monotonic() + 3
+        while await client.inspect(name) is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        # Before: the release was dropped after it was sent, the guard read released, and the
+        # key stayed for the rest of its 10 s lease.
+        assert await client.inspect(name) is None, "a cancelled release left the lock taken"
+        assert seen[0].state == "released"
+
+    run(redis, body)
+
+
 def test_cancelled_acquire_leaves_nothing(redis: RedisServer, name: str) -> None:
     async def body(client: ferrolock.AsyncClient) -> None:
         holder = await client.lock(name, ttl=5).acquire()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -89,6 +91,50 @@ def test_release_from_another_thread_is_not_held_b8(client: ferrolock.Client, na
     info = client.inspect(name)
     assert info is not None and info.fence == held.fence  # nothing was deleted
     held.release()
+
+
+def test_a_later_thread_with_the_same_ident_does_not_own_a_hold(client: ferrolock.Client, name: str) -> None:
+    # The OS gives an ended thread's ident to the next thread (here almost every time): owning a
+    # hold used to mean having its ident.
+    lock = client.lock(name, ttl=5)
+    for _ in range(20):
+        box: List[object] = []
+        a = threading.Thread(target=lambda: box.append((threading.get_ident(), lock.acquire())))
+        a.start()
+        a.join()
+        ident, held = box[0]
+        assert isinstance(held, ferrolock.Held)
+
+        def b() -> None:
+            box.append(threading.get_ident())
+            try:
+                held.release()
+                box.append("released")
+            except ferrolock.NotHeldError:
+                box.append("not held")
+
+        t = threading.Thread(target=b)
+        t.start()
+        t.join()
+        assert box[2] == "not held", f"a later thread released a dead thread's hold (same ident: {box[1] == ident})"
+        client.force_unlock(name)
+
+
+def test_a_release_interrupted_by_a_signal_still_releases(
+    redis: RedisServer, client: ferrolock.Client, name: str
+) -> None:
+    lock = client.lock(name, ttl=10)
+    held = lock.acquire()
+    redis.command("CLIENT", "PAUSE", "400", "WRITE")  # holds the release script back
+    threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        held.release()
+    assert lock.held is None
+    deadline = time.monotonic() + 3
+    while client.inspect(name) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.inspect(name) is None, "an interrupted release left the lock taken"
+    assert held.state == "released"
 
 
 def test_double_release_is_not_held(client: ferrolock.Client, name: str) -> None:

@@ -12,7 +12,6 @@ import asyncio
 import threading
 import weakref
 from datetime import timedelta
-from threading import get_ident
 from typing import Any, Awaitable, Callable, List, Optional, TypeVar, Union
 
 from ._ferrolock import LockError, NativeClient, NativeGuard, NativeLock, NotHeldError
@@ -124,27 +123,32 @@ class _HeldBase:
 class Held(_HeldBase):
     """One level of a sync hold, returned by ``Lock.acquire`` and ``with lock as held``."""
 
-    __slots__ = ("_thread",)
+    __slots__ = ("_local",)
 
-    def __init__(self, owner: _Owner, guard: NativeGuard, name: Name) -> None:
+    def __init__(self, owner: _Owner, guard: NativeGuard, name: Name, local: threading.local) -> None:
         # (The base's fields set here, not through super().__init__: one call less per acquire.)
         self._guard = guard
         self._owner = owner
         self._name = name
-        self._thread = get_ident()
+        # The Lock's per-thread storage: the owning thread finds `owner` there. Not the thread's
+        # ident, which the OS hands to a new thread once this one has ended.
+        self._local = local
 
     def release(self) -> None:
         """Release this level (the lock is freed when the outermost level is released).
 
         Raises ``NotHeldError`` from another thread or when already released, ``LostError`` if
         the hold was lost meanwhile (nothing of another owner is deleted)."""
-        if get_ident() != self._thread:
+        if getattr(self._local, "owner", None) is not self._owner:
             raise NotHeldError("this hold belongs to another thread; release it from that thread")
         try:
             self._guard.release()
         except LockError as e:
             if not _is_transient(e):
                 self._owner.forget(self)
+            raise
+        except BaseException:  # e.g. KeyboardInterrupt: the release runs on to its end
+            self._owner.forget(self)
             raise
         self._owner.forget(self)
 
@@ -206,7 +210,7 @@ class Lock:
         # This thread's owner: the lookup inlined (one call less per acquire).
         owner = getattr(self._local, "owner", None) or self._owner()
         guard = owner.handle.acquire(self._wait if wait is None else wait)
-        held = Held(owner, guard, self._name)
+        held = Held(owner, guard, self._name, self._local)
         owner.stack.append(held)
         return held
 
@@ -216,7 +220,7 @@ class Lock:
         guard = owner.handle.try_acquire()
         if guard is None:
             return None
-        held = Held(owner, guard, self._name)
+        held = Held(owner, guard, self._name, self._local)
         owner.stack.append(held)
         return held
 
@@ -262,6 +266,9 @@ class AsyncHeld(_HeldBase):
         except LockError as e:
             if not _is_transient(e):
                 self._owner.forget(self)
+            raise
+        except BaseException:  # cancelled: the release runs on to its end
+            self._owner.forget(self)
             raise
         self._owner.forget(self)
 
