@@ -233,6 +233,13 @@ impl Lock {
                     tracing::debug!("ferrolock: acquire retry after {}", e.kind());
                     tokio::time::sleep(left.map_or(backoff, |l| l.min(backoff))).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        // Quote the failure: a wait that ends on a server that cannot be
+                        // reached (or a grant that was not replicated) is not "the lock was held".
+                        queued.leave().await;
+                        return Err(self.timed_out_failing(&e));
+                    }
+                    continue;
                 }
                 Err(e) => return Err(e),
             }
@@ -283,6 +290,19 @@ impl Lock {
 
     pub(crate) fn timed_out(&self) -> Error {
         Error::new(ErrorKind::AcquireTimeout, "the wait elapsed before the lock was free")
+    }
+
+    /// The timeout of a wait whose latest attempt failed with `cause` (retried until the wait
+    /// ran out): the message says so, the kind stays [`ErrorKind::AcquireTimeout`].
+    pub(crate) fn timed_out_failing(&self, cause: &Error) -> Error {
+        Error::new(
+            ErrorKind::AcquireTimeout,
+            format!(
+                "the wait elapsed; the last attempt failed: {}: {}",
+                cause.kind().name(),
+                cause.message()
+            ),
+        )
     }
 
     pub(crate) fn current(&self) -> Option<Arc<Hold>> {

@@ -409,6 +409,26 @@ async fn a_shorter_lease_shortens_the_local_deadline() {
     g.release().await.unwrap();
 }
 
+// A wait that ends while the server does not answer says so (it used to read "the wait elapsed
+// before the lock was free", as if another owner held it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_on_a_stopped_server_quotes_the_failure() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let lock = client.lock("unanswered", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    server.pause();
+    let e = lock.acquire(Some(Duration::from_millis(700))).await.unwrap_err();
+    server.resume();
+    assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "{e}");
+    assert!(e.message().contains("the last attempt failed: TIMEOUT"), "{e}");
+    // A lock held by another owner still times out with the plain message.
+    let held = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let other = client.lock("unanswered", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let e = other.acquire(Some(Duration::from_millis(100))).await.unwrap_err();
+    assert_eq!(e.message(), "the wait elapsed before the lock was free");
+    held.release().await.unwrap();
+}
+
 // 7. SCRIPT FLUSH and a server restart mid-run: no user-visible error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_and_restart_are_invisible() {
