@@ -338,12 +338,29 @@ impl Client {
         &self.inner.opts
     }
 
+    /// The keys of lock `name`, refusing a name their hash tag cannot keep in one slot.
+    pub(crate) fn keys(&self, name: &[u8]) -> Result<Keys> {
+        let keys = Keys::new(&self.inner.opts, name)?;
+        #[cfg(feature = "cluster")]
+        if name.first() == Some(&b'}')
+            && matches!(&self.inner.backend, Backend::Single { conn: Conn::Cluster(_), .. })
+        {
+            // `<prefix>{}…`: an empty hash tag, so Redis Cluster hashes each whole key and the
+            // lock's keys land in different slots (the scripts would fail with CROSSSLOT).
+            return Err(Error::new(
+                ErrorKind::InvalidName,
+                "on Redis Cluster a lock name must not start with '}' (its keys would hash to different slots)",
+            ));
+        }
+        Ok(keys)
+    }
+
     /// Who holds `name`, if anyone (one read-only script call).
     ///
     /// Redlock: the holder that a quorum of masters agrees on (count and TTL from the weakest of
     /// them, the fence most of them record); `None` if no owner has a quorum.
     pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
-        let keys = Keys::new(&self.inner.opts, name.as_ref())?;
+        let keys = self.keys(name.as_ref())?;
         let conn = match &self.inner.backend {
             Backend::Single { conn, .. } => conn,
             Backend::Quorum(q) => return q.inspect(&keys, self).await,
@@ -370,7 +387,7 @@ impl Client {
     /// The last fencing token granted for `name`, while it is retained (`None` after expiry).
     /// Redlock: the largest value among the masters that answer (a quorum must answer).
     pub async fn last_fence(&self, name: impl AsRef<[u8]>) -> Result<Option<u64>> {
-        let keys = Keys::new(&self.inner.opts, name.as_ref())?;
+        let keys = self.keys(name.as_ref())?;
         let conn = match &self.inner.backend {
             Backend::Single { conn, .. } => conn,
             Backend::Quorum(q) => return q.last_fence(&keys, self).await,
@@ -394,7 +411,7 @@ impl Client {
     /// Redlock: deletes the hold on every master that answers and reports the largest-fence hold
     /// removed.
     pub async fn force_unlock(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
-        let keys = Keys::new(&self.inner.opts, name.as_ref())?;
+        let keys = self.keys(name.as_ref())?;
         let conn = match &self.inner.backend {
             Backend::Single { conn, .. } => conn,
             Backend::Quorum(q) => return q.force_unlock(&keys, self).await,

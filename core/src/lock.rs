@@ -63,7 +63,7 @@ enum Attempt {
 
 impl Lock {
     pub(crate) fn new(client: Client, name: &[u8], opts: LockOptions) -> Result<Lock> {
-        let keys = Keys::new(&client.inner.opts, name)?;
+        let keys = client.keys(name)?;
         let (ttl, renew) = opts.resolve(&client.inner.opts)?;
         let token: Arc<str> = token::new_token()?.into();
         let lanes = match &client.inner.backend {

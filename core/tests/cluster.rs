@@ -36,6 +36,17 @@ async fn locks_on_a_cluster_with_a_replica_promotion() {
     }
     assert!(masters.len() >= 2, "the names should spread over several masters");
 
+    // Binary names work, but one that starts with '}' would leave its keys an empty hash tag
+    // (different slots, CROSSSLOT): refused up front. '}' further in is fine.
+    for name in [&b"}"[..], b"}x", b"}\x00\xff"] {
+        assert_eq!(client.lock(name, LockOptions::default()).unwrap_err().kind(), ErrorKind::InvalidName);
+        assert_eq!(client.inspect(name).await.unwrap_err().kind(), ErrorKind::InvalidName);
+    }
+    for name in [&b"a}b"[..], b"a{b", b"{x}", b"\x00\xff"] {
+        let lock = client.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+        lock.try_acquire().await.unwrap().expect("free").release().await.unwrap();
+    }
+
     // Waiting is woken by the release message, long before the holder's lease ends.
     let holder = client.lock("waited", LockOptions::lease(Duration::from_secs(20))).unwrap();
     let g = holder.try_acquire().await.unwrap().expect("free");
