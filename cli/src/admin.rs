@@ -48,7 +48,7 @@ pub async fn status(client: &Client, a: StatusArgs) -> Result<u8, Fail> {
         }
         let _ = write!(out, "last_fence: {}", last.map_or_else(|| "none".to_owned(), |f| f.to_string()));
     }
-    println!("{out}");
+    out!("{out}");
     Ok(0)
 }
 
@@ -58,13 +58,13 @@ pub async fn unlock(client: &Client, a: UnlockArgs) -> Result<u8, Fail> {
     let removed =
         client.force_unlock(name).await.map_err(|e| Fail::core(&format!("cannot unlock {shown}"), &e))?;
     match removed {
-        Some(i) => println!(
+        Some(i) => out!(
             "removed the hold on {shown}: owner {}, count {}, fence {}",
             String::from_utf8_lossy(&i.owner),
             i.count,
             i.fence
         ),
-        None => println!("{shown} was not held: nothing removed"),
+        None => out!("{shown} was not held: nothing removed"),
     }
     Ok(0)
 }

@@ -20,12 +20,6 @@ use crate::spinner;
 
 /// `signals` were taken since before the runtime started (see signals.rs).
 pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -> Result<u8, Fail> {
-    let client = tokio::select! {
-        c = server::connect(servers) => c?,
-        c = signals.recv() => {
-            return Err(Fail::new(128 + c.sig as u8, format!("{} while connecting", signals::name(c.sig))));
-        }
-    };
     let name = a.name.as_bytes().to_vec();
     let shown = String::from_utf8_lossy(&name).into_owned();
     let opts = match a.ttl {
@@ -33,6 +27,14 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
         None => LockOptions::default(), // the client's watchdog lease (30 s), renewed
     }
     .with_fair(a.fair);
+    // A bad name or lease is a usage error (2) whether or not the server answers.
+    opts.check(&name, &server::options(servers)).map_err(|e| Fail::core("cannot lock", &e))?;
+    let client = tokio::select! {
+        c = server::connect(servers) => c?,
+        c = signals.recv() => {
+            return Err(Fail::new(128 + c.sig as u8, format!("{} while connecting", signals::name(c.sig))));
+        }
+    };
     let lock = client.lock(&name, opts).map_err(|e| Fail::core("cannot lock", &e))?;
 
     let guard = tokio::select! {
@@ -126,7 +128,7 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
             }
             () = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
                 let grace = human(a.kill_grace);
-                eprintln!("ferrolock: the command did not stop within {grace}: sending SIGKILL");
+                say!("ferrolock: the command did not stop within {grace}: sending SIGKILL");
                 target.send(libc::SIGKILL);
                 kill_at = None;
             }
@@ -149,7 +151,7 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
                 format!("lock {shown} was found lost when the command ended ({}): {e}", describe(status)),
             ));
         }
-        Err(e) => eprintln!("ferrolock: could not release lock {shown} (it expires with its lease): {e}"),
+        Err(e) => say!("ferrolock: could not release lock {shown} (it expires with its lease): {e}"),
     }
     Ok(exit_code(status))
 }
@@ -176,7 +178,7 @@ async fn acquire(lock: &Lock, a: &ExecArgs, shown: &str) -> Result<Guard, Fail> 
 
 /// Tell why on stderr, SIGTERM the command, and return when to SIGKILL it.
 fn terminate(target: signals::Target, shown: &str, why: &str, grace: Duration) -> Instant {
-    eprintln!(
+    say!(
         "ferrolock: lost lock {shown} while the command ran ({why}): sending SIGTERM, SIGKILL in {}",
         human(grace)
     );
@@ -186,7 +188,7 @@ fn terminate(target: signals::Target, shown: &str, why: &str, grace: Duration) -
 
 async fn release(guard: &Guard, shown: &str) {
     if let Err(e) = guard.release().await {
-        eprintln!("ferrolock: could not release lock {shown} (it expires with its lease): {e}");
+        say!("ferrolock: could not release lock {shown} (it expires with its lease): {e}");
     }
 }
 

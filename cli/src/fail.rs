@@ -53,7 +53,7 @@ impl Fail {
     pub fn report(self) -> ExitCode {
         if !self.message.is_empty() {
             let line = self.message.replace(['\n', '\r'], " ");
-            eprintln!("ferrolock: {line}");
+            say!("ferrolock: {line}");
         }
         ExitCode::from(self.code)
     }

@@ -1,6 +1,23 @@
 //! `ferrolock`: run a command under a Redis distributed lock (like `flock`, `etcdctl lock`,
 //! `consul lock`), show a lock's state, or remove a hold by force. See cli/README.md.
 
+/// `eprintln!` that never panics: a closed stderr (EPIPE: `2>&1 | logger` after the reader died)
+/// must not turn a documented exit code into a panic's 101, nor stop a lost lock's SIGTERM.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `println!` that never panics (`ferrolock status … | head -1`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod admin;
 mod duration;
 mod exec;
@@ -98,7 +115,7 @@ pub struct ExecArgs {
     pub ttl: Option<Duration>,
     /// Fair mode: queue on the server; each release hands the lock to the oldest waiter
     /// (first come, first served). Every contender of the name should use it (not with
-    /// --redlock).
+    /// several --redis masters, Redlock, nor with --replica-acks).
     #[arg(long)]
     pub fair: bool,
     /// Exit code when the lock is not obtained (--no-wait, or --wait elapsed).

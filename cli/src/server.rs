@@ -50,10 +50,16 @@ pub fn tls(cacert: Option<PathBuf>, cert: Option<PathBuf>, key: Option<PathBuf>)
 }
 
 /// One URL: a single-server client. Several: a Redlock client over independent masters.
-pub async fn connect(servers: &Servers) -> Result<Client, Fail> {
+/// The client options the CLI connects with.
+pub fn options(servers: &Servers) -> ClientOptions {
     let mut opts = ClientOptions::default();
     opts.tls = servers.tls.clone();
     opts.replica_acks = servers.replica_acks;
+    opts
+}
+
+pub async fn connect(servers: &Servers) -> Result<Client, Fail> {
+    let opts = options(servers);
     let urls = &servers.urls;
     let client = if let [url] = urls.as_slice() {
         Client::connect(url, opts).await

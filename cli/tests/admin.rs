@@ -104,6 +104,23 @@ fn bad_durations_are_refused_with_one_line_and_code_2() {
     assert_eq!(code(&out), Some(2), "--wait and --no-wait conflict: {}", stderr(&out));
     let out = output(on(&server).args(["exec", "d", "true"]));
     assert_eq!(code(&out), Some(2), "the command must follow --: {}", stderr(&out));
+
+    // Refused before connecting: the same code with no server there (it was 125, the
+    // connection error, before the name and lease were checked first).
+    let nobody = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap(); // closed again below
+        format!("redis://127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    for args in [&["exec", "--ttl", "4ms", "d", "--", "true"][..], &["exec", "", "--", "true"]] {
+        let out = output(ferrolock(std::slice::from_ref(&nobody)).args(args));
+        let err = stderr(&out);
+        assert_eq!(code(&out), Some(2), "{args:?}: {err}");
+        assert!(err.contains("INVALID_"), "{args:?}: {err}");
+    }
+    // Nothing listens there: no TLS hint (a refused connection is not a plain/TLS mix-up).
+    let out = output(ferrolock(std::slice::from_ref(&nobody)).args(["status", "d"]));
+    assert_eq!(code(&out), Some(125), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("TLS"), "{}", stderr(&out));
 }
 
 #[test]

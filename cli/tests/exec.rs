@@ -101,6 +101,19 @@ fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
     assert!(stderr(&out).contains("still held after waiting 300ms"), "{}", stderr(&out));
     assert!(!ran.exists(), "the command never ran without the lock");
 
+    // A closed stderr (EPIPE, e.g. `2>&1 | logger` after the reader died) leaves the exit code
+    // as documented (the message's eprintln! used to panic: 101).
+    let mut fds = [0; 2];
+    // SAFETY: a fresh pipe; the read end is closed at once, the write end owned below.
+    let write_end = unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        libc::close(fds[0]);
+        <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1])
+    };
+    let mut c = on(&server);
+    c.args(["exec", "-n", "busy", "--", "true"]).stderr(std::process::Stdio::from(write_end));
+    assert_eq!(status_code(c.status().unwrap()), Some(75));
+
     h.signal(libc::SIGTERM);
     let out = h.finish(Duration::from_secs(20));
     assert_eq!(code(&out), Some(128 + libc::SIGTERM));

@@ -596,7 +596,11 @@ impl Target {
                 " (no TLS handshake reply: is this a plain-text port? (use {}))",
                 self.schemes.plain
             )),
-            (false, ErrorKind::Connection) if e.is_connection_dropped() || e.is_unrecoverable_error() => {
+            // (Not for a refused connection: nothing listens there, TLS or not.)
+            (false, ErrorKind::Connection)
+                if !e.is_connection_refusal()
+                    && (e.is_connection_dropped() || e.is_unrecoverable_error()) =>
+            {
                 Some(format!(
                     " (the server closed the connection: if it expects TLS, use {})",
                     self.schemes.tls

@@ -314,6 +314,15 @@ impl LockOptions {
         self
     }
 
+    /// Check `name` and these options against a client's options without connecting: what
+    /// [`crate::Client::lock`] checks first (name length, lease range), so that a tool can
+    /// refuse bad input before it opens a connection. (Fair mode on a Redlock client or with
+    /// replica acknowledgement is only known once connected.)
+    pub fn check(&self, name: &[u8], client: &ClientOptions) -> Result<()> {
+        crate::keys::Keys::new(client, name)?;
+        self.resolve(client).map(|_| ())
+    }
+
     pub(crate) fn resolve(&self, client: &ClientOptions) -> Result<(Duration, bool)> {
         let ttl = self.ttl.unwrap_or(client.watchdog_ttl);
         crate::timing::check_ttl(client, "ttl", ttl)?;
