@@ -221,11 +221,13 @@ impl Client {
             .map(|u| Target::parse(u.as_ref(), &opts.tls))
             .collect::<Result<Vec<Target>>>()?;
         let quorum_size = opts.validate_redlock(targets.len())?;
+        // One server under two database numbers is one master too: a crash would count twice.
+        let server = |t: &Target| t.addr.rsplit_once('/').map_or(t.addr.clone(), |(s, _)| s.to_owned());
         for (i, t) in targets.iter().enumerate() {
-            if targets[..i].iter().any(|o| o.addr == t.addr) {
+            if targets[..i].iter().any(|o| server(o) == server(t)) {
                 return Err(Error::new(
                     ErrorKind::InvalidConfig,
-                    format!("master {} is listed twice: a quorum needs independent masters", t.addr),
+                    format!("master {} is listed twice: a quorum needs independent masters", server(t)),
                 ));
             }
         }

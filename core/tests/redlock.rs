@@ -1008,6 +1008,9 @@ async fn redlock_configuration_is_validated() {
     // The same master twice is not two masters.
     let dup = [urls[0].clone(), urls[0].clone(), urls[1].clone()];
     assert_eq!(kind(Client::connect_redlock(&dup, o.clone()).await), ErrorKind::InvalidConfig);
+    // Nor is one server under two database numbers.
+    let dbs = [format!("{}/0", urls[0]), format!("{}/1", urls[0]), urls[1].clone()];
+    assert_eq!(kind(Client::connect_redlock(&dbs, o.clone()).await), ErrorKind::InvalidConfig, "{dbs:?}");
     let mut bad = o.clone();
     bad.redlock_node_timeout = Duration::ZERO;
     assert_eq!(kind(Client::connect_redlock(&urls[..1], bad).await), ErrorKind::InvalidDuration);
