@@ -127,6 +127,49 @@ async fn a_missing_permission_names_the_command_promptly() {
     no_secret(&e);
 }
 
+/// Fair mode's scripts also keep the waiter queue and table: docs/SECURITY.md's fair-mode addition
+/// is enough (a waiter is handed the lock by the release), and without one of its commands the
+/// operation fails promptly with `Permission` naming it.
+const FAIR: &[&str] = &["+rpush", "+lpop", "+lrem", "+hdel", "+hexists"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_mode_needs_its_addition() {
+    let server = RedisServer::start();
+    make_user_with(&server, "fair", None, FAIR);
+    let fair = || LockOptions::lease(Duration::from_secs(5)).with_fair(true);
+    let a = Client::connect(&url(&server, "fair"), ClientOptions::default()).await.expect("connect");
+    let b = Client::connect(&url(&server, "fair"), ClientOptions::default()).await.expect("connect");
+    let held = a.lock("fair-acl", fair()).unwrap().acquire(None).await.unwrap();
+    let lb = b.lock("fair-acl", fair()).unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = lb.acquire(Some(Duration::from_secs(5))).await?;
+        g.release().await.map(|()| g.fence())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await; // queued
+    held.release().await.expect("release hands on");
+    assert!(waiter.await.unwrap().expect("the queued waiter gets the lock") > held.fence());
+
+    // Controls: the rule set without the addition's queue commands.
+    for (missing, step) in [("+hexists", "wait"), ("+lpop", "release")] {
+        let user = format!("fair-no-{}", &missing[1..]);
+        make_user_with(&server, &user, Some(missing), FAIR);
+        let c = Client::connect(&url(&server, &user), ClientOptions::default()).await.expect("connect");
+        let name = format!("fair-{missing}");
+        let started = Instant::now();
+        let e = match step {
+            "wait" => {
+                let _held = a.lock(&name, fair()).unwrap().acquire(None).await.unwrap();
+                c.lock(&name, fair()).unwrap().acquire(Some(Duration::from_secs(5))).await.map(|_| ())
+            }
+            _ => c.lock(&name, fair()).unwrap().acquire(None).await.unwrap().release().await,
+        }
+        .expect_err("must fail without the permission");
+        assert_eq!(e.kind(), ErrorKind::Permission, "{missing}: {e}");
+        assert!(e.message().to_lowercase().contains(&missing[1..]), "{missing} not named in: {e}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{missing}: no retry loop");
+    }
+}
+
 /// Take and release `name` through `client`: the whole cycle, or the first error.
 async fn cycle(client: &Client, name: &str) -> ferrolock::Result<()> {
     let lock = client.lock(name, LockOptions::lease(Duration::from_secs(5)))?;
