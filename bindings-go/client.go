@@ -16,7 +16,7 @@ import (
 
 // ClientOptions configures Connect. The zero value (or nil) means the core's defaults.
 type ClientOptions struct {
-	ConnectTimeout  time.Duration // TCP/TLS connect + handshake; 0: 2 s
+	ConnectTimeout  time.Duration // TCP/TLS connect + handshake, per attempt (up to 4); 0: 2 s
 	ResponseTimeout time.Duration // any one reply; 0: 1 s
 	WatchdogTTL     time.Duration // lease of locks made without a TTL (renewed); 0: 30 s
 	MaxNameLen      int           // longest lock name in bytes; 0: 64 KiB

@@ -195,7 +195,7 @@ typedef struct ferrolock_lock ferrolock_lock;
  */
 typedef struct {
   /**
-   * Connect (TCP/TLS + handshake) timeout in ms; 0: 2000.
+   * Connect (TCP/TLS + handshake) timeout in ms, per attempt (up to four); 0: 2000.
    */
   uint64_t connect_timeout_ms;
   /**

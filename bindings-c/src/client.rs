@@ -24,7 +24,7 @@ pub(crate) static CLIENTS: Table<blocking::Client> = Table::new("client");
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ferrolock_client_options {
-    /// Connect (TCP/TLS + handshake) timeout in ms; 0: 2000.
+    /// Connect (TCP/TLS + handshake) timeout in ms, per attempt (up to four); 0: 2000.
     pub connect_timeout_ms: u64,
     /// Timeout for any one reply in ms; 0: 1000. A timed-out acquire is undone by the library.
     pub response_timeout_ms: u64,

@@ -11,7 +11,9 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 #[non_exhaustive]
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
-    /// How long to wait for a TCP/TLS connection and handshake. Default 2 s.
+    /// How long to wait for a TCP/TLS connection and handshake, per attempt. Default 2 s.
+    /// Connecting makes up to four attempts (20 to 500 ms apart), so a server that takes the
+    /// connection but never answers is reported as `TIMEOUT` after about four times this.
     pub connect_timeout: Duration,
     /// How long to wait for any one reply. A command that times out may still have run on the
     /// server: acquisitions that time out are followed by a compare-and-delete. Default 1 s.
