@@ -168,6 +168,17 @@ async fn acquire(lock: &Lock, a: &ExecArgs, shown: &str) -> Result<Guard, Fail> 
     }
     match lock.acquire(a.wait).await {
         Ok(g) => Ok(g),
+        // The core quotes a failure that ended the wait (a server that did not answer, a grant
+        // not replicated): the lock was not necessarily held.
+        Err(e)
+            if e.kind() == ErrorKind::AcquireTimeout && e.message().contains("the last attempt failed") =>
+        {
+            Err(not_obtained(format!(
+                "lock {shown} was not obtained within {}: {}",
+                human(a.wait.unwrap_or_default()),
+                e.message()
+            )))
+        }
         Err(e) if e.kind() == ErrorKind::AcquireTimeout => Err(not_obtained(format!(
             "lock {shown} is still held after waiting {}",
             human(a.wait.unwrap_or_default())

@@ -30,6 +30,12 @@ fn replica_acks_flag() {
     // With --wait it keeps trying (the kind is transient) until the wait ends: the conflict code.
     let out = run(&acks, &["exec", "--wait", "300ms", "cli-acks", "--", "true"]);
     assert_eq!(code(&out), Some(75), "{}", stderr(&out));
+    // ... and says why: the lock was free, the grants were not replicated.
+    assert!(
+        stderr(&out).contains("not obtained within 300ms") && stderr(&out).contains("NOT_REPLICATED"),
+        "{}",
+        stderr(&out)
+    );
     // Control: without the flag the stopped replica does not stop a grant.
     let out = run(&[], &["exec", "--no-wait", "cli-acks", "--", "true"]);
     assert_eq!(code(&out), Some(0), "{}", stderr(&out));
