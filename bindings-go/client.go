@@ -68,6 +68,24 @@ func connect(ctx context.Context, urls []string, opts *ClientOptions, redlock bo
 	}
 	var o C.ferrolock_client_options
 	if opts != nil {
+		// Negative values are mistakes, not "the default" (which 0 asks for).
+		for _, f := range []struct {
+			name  string
+			value int64
+		}{
+			{"ConnectTimeout", int64(opts.ConnectTimeout)},
+			{"ResponseTimeout", int64(opts.ResponseTimeout)},
+			{"WatchdogTTL", int64(opts.WatchdogTTL)},
+			{"ReplicaAcksTimeout", int64(opts.ReplicaAcksTimeout)},
+			{"RedlockNodeTimeout", int64(opts.RedlockNodeTimeout)},
+		} {
+			if f.value < 0 {
+				return nil, &Error{Code: ErrInvalidDuration, Message: "INVALID_DURATION: " + f.name + " is negative"}
+			}
+		}
+		if opts.MaxNameLen < 0 || opts.RedlockQuorum < 0 {
+			return nil, &Error{Code: ErrInvalidConfig, Message: "INVALID_CONFIG: MaxNameLen and RedlockQuorum must not be negative"}
+		}
 		o.connect_timeout_ms = millis(opts.ConnectTimeout)
 		o.response_timeout_ms = millis(opts.ResponseTimeout)
 		o.watchdog_ttl_ms = millis(opts.WatchdogTTL)
