@@ -499,7 +499,7 @@ where
             biased;
             reply = fut => settle.send(reply),
             // This thread was torn down: drop the call (an acquire in flight is undone by the
-            // core, a waiting one just stops waiting).
+            // core, a waiting one just stops waiting, a release is finished in the background).
             _ = gone.wait_for(|gone| *gone) => {}
         }
     });

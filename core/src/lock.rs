@@ -431,7 +431,7 @@ impl Lock {
         if !hold.has_watchdog() {
             c.watchdog.register(&hold, inner.hold_key.clone(), inner.token.clone());
         }
-        Guard { lock: self.clone(), hold, released: AtomicBool::new(false), done: AtomicBool::new(false) }
+        Guard { lock: self.clone(), hold, flags: Arc::default() }
     }
 
     /// Set this token's count on the server to `target` (0 deletes and publishes). Idempotent.
@@ -683,11 +683,37 @@ impl Drop for Pending {
 pub struct Guard {
     lock: Lock,
     hold: Arc<Hold>,
+    flags: Arc<Flags>,
+}
+
+/// A guard's release progress (shared with a release finished in the background).
+#[derive(Default)]
+struct Flags {
     /// Set while a release is in flight and after it (reset by a transient failure).
     released: AtomicBool,
     /// This level was released: the guard reports `Released` from then on, even while other
     /// levels of the same hold stay live or after the hold is lost.
     done: AtomicBool,
+}
+
+/// The rest of a release whose caller stopped waiting for it (its future was dropped before the
+/// reply was handled): sent again in the background (the count it sends is absolute, so a second
+/// send is harmless). Whatever the outcome, the guard's level is given up; a failure leaves the
+/// lock to its lease (the watchdog renews it once more, as after any failed last release).
+struct ReleaseRest(Option<(Lock, Arc<Hold>, Arc<Flags>)>);
+
+impl Drop for ReleaseRest {
+    fn drop(&mut self) {
+        if let Some((lock, hold, flags)) = self.0.take() {
+            let rt = lock.inner.client.inner.runtime.clone();
+            rt.spawn(async move {
+                if Guard::release_level(&lock, &hold).await.is_ok() {
+                    flags.done.store(true, Ordering::Release);
+                }
+                hold.drop_guard();
+            });
+        }
+    }
 }
 
 impl Guard {
@@ -709,7 +735,7 @@ impl Guard {
     }
 
     fn is_done(&self) -> bool {
-        self.done.load(Ordering::Acquire)
+        self.flags.done.load(Ordering::Acquire)
     }
 
     /// `Ok` if still held with at least `margin` of validity left; [`ErrorKind::Lost`] otherwise.
@@ -783,15 +809,21 @@ impl Guard {
     /// leaves the guard unreleased so the call can be retried: the watchdog renews the hold for
     /// one more lease, then lets it run out. An inner level is released locally even then (the
     /// hold's next release sends every server its absolute count).
+    ///
+    /// A release whose future is dropped before it completes (a timeout around it, a cancelled
+    /// task) is finished in the background, so the lock is not left taken by a guard that can no
+    /// longer release it; if that background attempt fails, the lease runs out.
     pub async fn release(&self) -> Result<()> {
-        if self.released.swap(true, Ordering::AcqRel) {
+        if self.flags.released.swap(true, Ordering::AcqRel) {
             return Err(Error::new(ErrorKind::NotHeld, "this guard was already released"));
         }
-        let r = self.release_inner().await;
+        let mut rest = ReleaseRest(Some((self.lock.clone(), self.hold.clone(), self.flags.clone())));
+        let r = Self::release_level(&self.lock, &self.hold).await;
+        rest.0 = None;
         match &r {
-            Err(e) if e.kind().is_transient() => self.released.store(false, Ordering::Release),
+            Err(e) if e.kind().is_transient() => self.flags.released.store(false, Ordering::Release),
             Ok(()) => {
-                self.done.store(true, Ordering::Release);
+                self.flags.done.store(true, Ordering::Release);
                 self.hold.drop_guard();
             }
             Err(_) => {
@@ -801,36 +833,36 @@ impl Guard {
         r
     }
 
-    async fn release_inner(&self) -> Result<()> {
-        let lock = &self.lock;
+    /// One level's release, for the guard of `hold` (see [`Guard::release`]).
+    async fn release_level(lock: &Lock, hold: &Arc<Hold>) -> Result<()> {
         let c = &lock.inner.client.inner;
         let _op = lock.inner.op.lock().await;
-        let is_current = lock.current().is_some_and(|h| Arc::ptr_eq(&h, &self.hold));
+        let is_current = lock.current().is_some_and(|h| Arc::ptr_eq(&h, hold));
         if !is_current {
             return Err(Error::new(ErrorKind::Lost, "the hold this guard belonged to was lost"));
         }
-        if self.hold.state() == LockState::Lost {
+        if hold.state() == LockState::Lost {
             // Clean up whatever is left under our token; never touches another owner's hold.
-            if !c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await {
+            if !c.watchdog.unregister_settled(hold, c.opts.response_timeout).await {
                 lock.inner.pin.follow_renewals();
             }
             let _ = lock.send_release(0).await;
             lock.set_current(None);
             // The hold went final before this release: say why (a refused renewal or extend,
             // or the local lease deadline passing, which `state()` notices itself).
-            let why = self.hold.lost_reason().unwrap_or_else(|| "no reason was recorded".to_owned());
+            let why = hold.lost_reason().unwrap_or_else(|| "no reason was recorded".to_owned());
             return Err(Error::new(ErrorKind::Lost, format!("the lock was lost before release: {why}")));
         }
-        let target = self.hold.live_levels().saturating_sub(1);
+        let target = hold.live_levels().saturating_sub(1);
         if target == 0 {
             // Cancel renewal before the release is sent, and let one already on its way land first.
-            if !c.watchdog.unregister_settled(&self.hold, c.opts.response_timeout).await {
+            if !c.watchdog.unregister_settled(hold, c.opts.response_timeout).await {
                 // Still on its way (a stalled server): the release queues behind it on its
                 // connection instead.
                 lock.inner.pin.follow_renewals();
             }
         }
-        match lock.send_release_level(Level { count: target, fence: Some(self.hold.fence) }).await {
+        match lock.send_release_level(Level { count: target, fence: Some(hold.fence) }).await {
             Ok(n) if n < 0 => {
                 let why = match &c.backend {
                     Backend::Single { .. } => {
@@ -846,14 +878,14 @@ impl Guard {
                         )
                     }
                 };
-                lock.give_up(&self.hold, &why);
+                lock.give_up(hold, &why);
                 Err(Error::new(ErrorKind::Lost, format!("the lock was lost before release: {why}")))
             }
             Ok(n) => {
                 let n = u32::try_from(n).unwrap_or(0);
-                self.hold.set_count(n);
+                hold.set_count(n);
                 if n == 0 {
-                    self.hold.mark_released();
+                    hold.mark_released();
                     lock.set_current(None);
                 }
                 Ok(())
@@ -867,12 +899,12 @@ impl Guard {
             // held and renewed (a chaos run saw one Node handle re-enter it for every later grant).
             Err(e) if target > 0 && e.kind().is_transient() => Ok(()),
             Err(e) => {
-                if target == 0 && !self.hold.is_final() {
+                if target == 0 && !hold.is_final() {
                     // Renewed for one more lease, so a retry finds the hold alive; not beyond,
                     // or a guard abandoned after the failure (and not dropped: a collector that
                     // has not run) would keep the lock forever.
                     let (key, token) = (lock.inner.hold_key.clone(), lock.inner.token.clone());
-                    c.watchdog.register_for_retry(&self.hold, key, token);
+                    c.watchdog.register_for_retry(hold, key, token);
                 }
                 Err(e)
             }
@@ -885,7 +917,7 @@ impl Guard {
         let lock = &self.lock;
         let c = &lock.inner.client;
         timing::check_ttl(&c.inner.opts, "ttl", ttl)?;
-        if self.released.load(Ordering::Acquire) {
+        if self.flags.released.load(Ordering::Acquire) {
             return Err(Error::new(ErrorKind::NotHeld, "this guard was already released"));
         }
         let _op = lock.inner.op.lock().await;
@@ -918,7 +950,7 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if !self.released.load(Ordering::Acquire) && self.hold.drop_guard() == 0 {
+        if !self.flags.released.load(Ordering::Acquire) && self.hold.drop_guard() == 0 {
             // Stop renewing; never release in Redis from a destructor: the lease runs out.
             self.lock.inner.client.inner.watchdog.unregister(&self.hold);
         }

@@ -429,6 +429,39 @@ async fn a_wait_on_a_stopped_server_quotes_the_failure() {
     held.release().await.unwrap();
 }
 
+// A release whose future is dropped before its reply (a timeout around it, a cancelled task) is
+// finished in the background: the guard reads released and the lock is free once the server
+// answers (before, the guard read "held", could not be released again, and renewal had stopped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_release_is_finished_in_the_background() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let lock = client.lock("dropped-release", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    for levels in [1, 2] {
+        let outer = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        let g = if levels == 2 { lock.acquire(Some(Duration::ZERO)).await.unwrap() } else { outer };
+        server.pause();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), g.release()).await.is_err(),
+            "released while stopped"
+        );
+        server.resume();
+        let t0 = Instant::now();
+        while g.state() != LockState::Released && t0.elapsed() < Duration::from_secs(3) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(g.state(), LockState::Released, "{levels} level(s)");
+        assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+        let info = client.inspect("dropped-release").await.unwrap();
+        assert_eq!(info.map(|i| i.count), if levels == 2 { Some(1) } else { None }, "{levels} level(s)");
+        if levels == 2 {
+            lock.acquire(Some(Duration::ZERO)).await.unwrap(); // re-entry counts from one level
+            assert_eq!(client.inspect("dropped-release").await.unwrap().unwrap().count, 2);
+            client.force_unlock("dropped-release").await.unwrap();
+        }
+    }
+}
+
 // 7. SCRIPT FLUSH and a server restart mid-run: no user-visible error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_and_restart_are_invisible() {
