@@ -289,15 +289,16 @@ impl NativeGuard {
     /// Release this level (at depth 0 the lock is deleted and waiters are woken).
     fn release(&self, py: Python<'_>) -> PyResult<()> {
         let g = self.inner.get(py)?.clone();
-        // Runs to its end even if a signal interrupts the caller (a release cut off after it
-        // was sent would leave the guard unusable and the lock taken until its lease ran out).
-        crate::runtime::wait_to_end(py, async move { g.release().await })
+        // A signal that interrupts the caller drops this future: the core finishes the release
+        // in the background.
+        wait(py, async move { g.release().await })
     }
 
-    /// Awaitable `release`; cancelling the awaitable does not stop the release.
+    /// Awaitable `release`; cancelling the awaitable does not stop the release (the core
+    /// finishes a dropped release in the background).
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let g = self.inner.get(py)?.clone();
-        crate::runtime::future_to_end(py, async move { g.release().await }, |py, ()| Ok(py.None()))
+        future(py, async move { g.release().await }, |py, ()| Ok(py.None()))
     }
 
     /// Extend the lease to `ttl` from now (owner-checked).

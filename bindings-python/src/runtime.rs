@@ -177,28 +177,9 @@ where
     F: Future<Output = ferrolock::Result<T>> + Send + 'static,
     T: Abandon + Send + 'static,
 {
-    wait_or_finish(py, fut, false)
-}
-
-/// [`wait`] for a call that must not stop halfway (a release: cut off after it was sent, the
-/// guard would read released while the lock stays taken): a signal that interrupts the caller
-/// leaves the call running to its end on the runtime.
-pub fn wait_to_end<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
-where
-    F: Future<Output = ferrolock::Result<T>> + Send + 'static,
-    T: Abandon + Send + 'static,
-{
-    wait_or_finish(py, fut, true)
-}
-
-fn wait_or_finish<T, F>(py: Python<'_>, fut: F, finish: bool) -> PyResult<T>
-where
-    F: Future<Output = ferrolock::Result<T>> + Send + 'static,
-    T: Abandon + Send + 'static,
-{
     let prt = runtime(py)?;
     if tokio::runtime::Handle::try_current().is_ok() {
-        return wait_spawned(py, prt, fut, finish);
+        return wait_spawned(py, prt, fut);
     }
     let mut fut = Box::pin(fut);
     loop {
@@ -211,13 +192,6 @@ where
             Some(r) => return r.map_err(|e| errors::to_py(py, e)),
             None => {
                 if let Err(e) = py.check_signals() {
-                    if finish {
-                        prt.spawn(async move {
-                            let _ = fut.await;
-                        });
-                        prt.kick();
-                        return Err(e);
-                    }
                     // Dropping the core future cancels it (the core undoes a half-done acquire,
                     // on the runtime: let the background thread drive that at once).
                     let entered = prt.runtime().enter();
@@ -232,7 +206,7 @@ where
 }
 
 /// [`wait`] for a thread that cannot drive the runtime: spawn `fut` and wait on a channel.
-fn wait_spawned<T, F>(py: Python<'_>, prt: &'static ProcessRuntime, fut: F, finish: bool) -> PyResult<T>
+fn wait_spawned<T, F>(py: Python<'_>, prt: &'static ProcessRuntime, fut: F) -> PyResult<T>
 where
     F: Future<Output = ferrolock::Result<T>> + Send + 'static,
     T: Abandon + Send + 'static,
@@ -249,9 +223,6 @@ where
             Ok(r) => return r.map_err(|e| errors::to_py(py, e)),
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 if let Err(e) = py.check_signals() {
-                    if finish {
-                        return Err(e); // the task runs on to its end
-                    }
                     // Dropping the core future cancels it (the core undoes a half-done acquire).
                     // If it finished meanwhile, its result arrives anyway: hand a grant back.
                     task.abort();
@@ -298,33 +269,8 @@ impl Abandon for Option<ferrolock::Guard> {
 static ASYNCIO_GET_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// Run `fut` on the runtime; return an `asyncio.Future` of the running loop that completes
-/// with `convert(value)` or the mapped exception. Cancelling the asyncio future cancels `fut`.
+/// with `convert(value)` or the mapped exception.
 pub fn future<'py, T, F, C>(py: Python<'py>, fut: F, convert: C) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = ferrolock::Result<T>> + Send + 'static,
-    T: Send + 'static,
-    C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
-{
-    future_or_finish(py, fut, convert, false)
-}
-
-/// [`future`] for a call that must not stop halfway (a release, see [`wait_to_end`]):
-/// cancelling the asyncio future leaves `fut` running to its end.
-pub fn future_to_end<'py, T, F, C>(py: Python<'py>, fut: F, convert: C) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = ferrolock::Result<T>> + Send + 'static,
-    T: Send + 'static,
-    C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
-{
-    future_or_finish(py, fut, convert, true)
-}
-
-fn future_or_finish<'py, T, F, C>(
-    py: Python<'py>,
-    fut: F,
-    convert: C,
-    finish: bool,
-) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = ferrolock::Result<T>> + Send + 'static,
     T: Send + 'static,
@@ -359,9 +305,6 @@ where
             })
         }));
     });
-    if finish {
-        return Ok(py_fut);
-    }
     let abort = task.abort_handle();
     let on_done = PyCFunction::new_closure(py, None, None, move |args, _kwargs| -> PyResult<()> {
         let f = args.get_item(0)?;
