@@ -351,3 +351,21 @@ def test_one_lock_object_serialises_threads_with_control(client: ferrolock.Clien
 
     _hammer(locked_increment)
     assert state["n"] == 100
+
+
+def test_a_wait_on_a_stopped_server_warns_and_says_why(servers: List[RedisServer], name: str,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    server = RedisServer()
+    servers.append(server)
+    client = ferrolock.Client.connect(server.url, response_timeout=0.2)
+    lock = client.lock(name, ttl=5)
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(ferrolock.AcquireTimeoutError) as e:
+            lock.acquire(wait=1.6)
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    assert "the last attempt failed: TIMEOUT" in str(e.value)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("keeps failing" in m for m in warned), warned

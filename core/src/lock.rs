@@ -151,6 +151,9 @@ impl Lock {
             s.turn(deadline.map_or(bound, |d| bound.min(d.saturating_duration_since(Instant::now())))).await;
         }
         let mut backoff = Duration::from_millis(10);
+        // Since when attempts keep failing (a server down, grants not replicated): said once, at
+        // warning level, after a second, so that a long or unbounded wait is not silent.
+        let mut failing_since: Option<(Instant, bool)> = None;
         loop {
             if sub.is_none() {
                 sub = notifier.peek(&self.inner.keys.channel);
@@ -231,6 +234,14 @@ impl Lock {
                 }
                 Err(e) if e.kind().is_transient() && left != Some(Duration::ZERO) => {
                     tracing::debug!("ferrolock: acquire retry after {}", e.kind());
+                    let (since, told) = failing_since.get_or_insert((Instant::now(), false));
+                    if !*told && since.elapsed() >= Duration::from_secs(1) {
+                        *told = true;
+                        tracing::warn!(
+                            "ferrolock: acquiring lock {:?} keeps failing ({e}); retrying until the wait ends",
+                            String::from_utf8_lossy(&self.inner.keys.name)
+                        );
+                    }
                     tokio::time::sleep(left.map_or(backoff, |l| l.min(backoff))).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -243,6 +254,7 @@ impl Lock {
                 }
                 Err(e) => return Err(e),
             }
+            failing_since = None;
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 // One last try happens above only if time remains; report the timeout.
                 queued.leave().await;
