@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 from datetime import timedelta
-from typing import Callable, List
+from typing import Callable, List, Tuple
 
 import pytest
 
@@ -297,15 +297,17 @@ def test_bytes_and_binary_names(client: ferrolock.Client) -> None:
         assert held.name == raw
 
 
+def _own_server(servers: List[RedisServer], response_timeout: float) -> Tuple[RedisServer, ferrolock.Client]:
+    """A server of this test's own (to SIGSTOP) and a client with a short response timeout."""
+    server = RedisServer()
+    servers.append(server)
+    return server, ferrolock.Client.connect(server.url, response_timeout=response_timeout)
+
+
 def test_renewal_failure_is_in_doubt_and_logged(servers: List[RedisServer], name: str,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    import os
-    import signal
-
     caplog.set_level(logging.WARNING, logger="ferrolock")
-    srv = RedisServer()
-    servers.append(srv)
-    client = ferrolock.Client.connect(srv.url, response_timeout=0.1)
+    srv, client = _own_server(servers, response_timeout=0.1)
     held = client.lock(name, ttl=1.5, renew=True).acquire()  # renewed every 0.5 s
     os.kill(srv.proc.pid, signal.SIGSTOP)
     try:
@@ -356,9 +358,7 @@ def test_one_lock_object_serialises_threads_with_control(client: ferrolock.Clien
 def test_a_wait_on_a_stopped_server_warns_and_says_why(servers: List[RedisServer], name: str,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="ferrolock")
-    server = RedisServer()
-    servers.append(server)
-    client = ferrolock.Client.connect(server.url, response_timeout=0.2)
+    server, client = _own_server(servers, response_timeout=0.2)
     lock = client.lock(name, ttl=5)
     os.kill(server.proc.pid, signal.SIGSTOP)
     try:
