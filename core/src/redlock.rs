@@ -429,47 +429,75 @@ pub(crate) struct Quorum {
 }
 
 impl Quorum {
+    /// Connect to every master at once; return once every master answered, or a quorum is
+    /// connected and the others did not within the per-master timeout: a master that does not
+    /// answer (stopped, firewalled) keeps being tried in the background and adds at most that
+    /// timeout to the connect once a quorum is up.
     pub async fn connect(
         targets: Vec<Target>,
         quorum: usize,
         opts: Arc<ClientOptions>,
     ) -> Result<Arc<Quorum>> {
-        let mut tasks = Vec::new();
-        for t in targets {
-            let opts = opts.clone();
-            tasks.push(tokio::spawn(async move {
-                let notifier = Arc::new(Notifier::default());
-                let conn = t.manager(&opts, NO_RESPONSE_TIMEOUT, &notifier).await;
-                (t, notifier, conn)
-            }));
-        }
-        let mut nodes = Vec::new();
-        let mut pending = Vec::new();
-        let mut first_err = None;
-        for task in tasks {
-            let (t, notifier, conn) =
-                task.await.map_err(|_| Error::new(ErrorKind::Internal, "a connect task panicked"))?;
-            let node = Arc::new(Node {
-                conn: OnceLock::new(),
-                notifier,
-                addr: t.addr.clone(),
-                secrets: t.secrets.clone(),
-                inflight: AtomicUsize::new(0),
-                late: AtomicIsize::new(0),
-                stalled: AtomicBool::new(false),
-                probing: AtomicBool::new(false),
-            });
-            match conn {
-                Ok(c) => start_node(&node, c, &opts),
-                Err(e) => {
-                    tracing::warn!(master = %t.addr, "ferrolock: redlock master unreachable at connect: {e}");
-                    first_err.get_or_insert(e);
-                    pending.push((node.clone(), t));
+        let nodes: Vec<Arc<Node>> = targets
+            .iter()
+            .map(|t| {
+                Arc::new(Node {
+                    conn: OnceLock::new(),
+                    notifier: Arc::new(Notifier::default()),
+                    addr: t.addr.clone(),
+                    secrets: t.secrets.clone(),
+                    inflight: AtomicUsize::new(0),
+                    late: AtomicIsize::new(0),
+                    stalled: AtomicBool::new(false),
+                    probing: AtomicBool::new(false),
+                })
+            })
+            .collect();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for (node, t) in nodes.iter().zip(targets) {
+            let (weak, notifier, opts, tx) =
+                (Arc::downgrade(node), node.notifier.clone(), opts.clone(), tx.clone());
+            tokio::spawn(async move {
+                match t.manager(&opts, NO_RESPONSE_TIMEOUT, &notifier).await {
+                    Ok(c) => {
+                        if let Some(n) = weak.upgrade() {
+                            start_node(&n, c, &opts);
+                        }
+                        let _ = tx.send(Ok(()));
+                    }
+                    Err(e) => {
+                        tracing::warn!(master = %t.addr, "ferrolock: redlock master unreachable at connect: {e}");
+                        let _ = tx.send(Err(e));
+                        drop((notifier, tx));
+                        reconnect(weak, t, opts).await;
+                    }
                 }
-            }
-            nodes.push(node);
+            });
         }
-        let up = nodes.len() - pending.len();
+        drop(tx);
+        // Every master that answers, or, once a quorum is up, those that answer within the
+        // per-master timeout: a slower one is treated as down (and joins when it connects).
+        let (mut up, mut first_err) = (0, None);
+        let mut grace_until = None;
+        loop {
+            let next = match grace_until {
+                None => rx.recv().await,
+                Some(until) => match tokio::time::timeout_at(until, rx.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            match next {
+                Some(Ok(())) => up += 1,
+                Some(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                None => break, // every master answered
+            }
+            if up >= quorum && grace_until.is_none() {
+                grace_until = Some(tokio::time::Instant::now() + opts.redlock_node_timeout);
+            }
+        }
         if up < quorum {
             // A refusal that retrying cannot fix (credentials, TLS, ACL) is reported as itself.
             if let Some(e) = first_err.as_ref().filter(|e| !e.kind().is_transient()) {
@@ -480,9 +508,6 @@ impl Quorum {
                 ErrorKind::QuorumNotReached,
                 format!("only {up} of {} masters reachable; the quorum is {quorum} ({why})", nodes.len()),
             ));
-        }
-        for (node, target) in pending {
-            tokio::spawn(reconnect(Arc::downgrade(&node), target, opts.clone()));
         }
         Ok(Arc::new(Quorum { nodes, quorum, opts }))
     }

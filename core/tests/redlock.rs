@@ -1025,6 +1025,35 @@ async fn redlock_configuration_is_validated() {
     assert_eq!(kind(Client::connect_redlock(&down, o).await), ErrorKind::QuorumNotReached);
 }
 
+// A master that takes connections but never answers (SIGSTOP) does not hold up connect once a
+// quorum is up (it waited for that master's four connect attempts, ~8 s): the client works at
+// once, and the master joins in the background when it resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_master_does_not_delay_connect() {
+    let servers = start_many(3);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    servers[2].pause();
+    let t0 = Instant::now();
+    let client = Client::connect_redlock(&urls, calm()).await.unwrap();
+    let took = t0.elapsed();
+    let lock = client.lock("stopped-at-connect", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    lock.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+    servers[2].resume();
+    assert!(took < Duration::from_secs(4), "connect waited for the stopped master: {took:?}");
+    // Once resumed, the third master is connected and gets the grants too.
+    let t0 = Instant::now();
+    loop {
+        let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        let on_third: i64 = servers[2].cmd(&["EXISTS", "ferrolock:{stopped-at-connect}"]);
+        g.release().await.unwrap();
+        if on_third == 1 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the resumed master never joined");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 // Credentials: a wrong password on the masters is AUTH (not a vague quorum error), and no
 // password appears in any error or Debug output.
 #[tokio::test]
