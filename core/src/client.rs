@@ -55,10 +55,22 @@ pub(crate) enum Conn {
     Cluster(crate::cluster::ClusterConns),
 }
 
+// `refused_again`: the multiplexed connection (redis-rs `ConnectionManager`) reconnects only
+// when a request comes. Once its short reconnect burst has failed (the server was down), it keeps
+// that refusal and hands it to the next request even after the server is back, and only that
+// failure starts a new connect. A refused connection means the request was never sent, so it is
+// sent once more at once, on the connection that failure started (a renewal would otherwise fail
+// seconds after the server came back, and could let the lease run out: watchdog audit).
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         match self {
-            Conn::Direct(m) => m.req_packed_command(cmd),
+            Conn::Direct(m) => Box::pin(async move {
+                match m.req_packed_command(cmd).await {
+                    // See `refused_again`.
+                    Err(e) if e.is_connection_refusal() => m.req_packed_command(cmd).await,
+                    r => r,
+                }
+            }),
             Conn::Sentinel(s) => crate::sentinel::req_command(s, cmd),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.cmd.req_packed_command(cmd),
@@ -72,7 +84,15 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Direct(m) => m.req_packed_commands(pipeline, offset, count),
+            Conn::Direct(m) => Box::pin(async move {
+                match m.req_packed_commands(pipeline, offset, count).await {
+                    // See `refused_again`.
+                    Err(e) if e.is_connection_refusal() => {
+                        m.req_packed_commands(pipeline, offset, count).await
+                    }
+                    r => r,
+                }
+            }),
             Conn::Sentinel(s) => crate::sentinel::req_commands(s, pipeline, offset, count),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => crate::cluster::req_commands(&mut c.cmd, pipeline, offset, count),

@@ -750,6 +750,15 @@ impl Guard {
         self.flags.done.load(Ordering::Acquire)
     }
 
+    /// The error of a call on a guard whose release was already made: `NotHeld`, unless that
+    /// release found the hold lost (a stale guard keeps reporting `Lost`, docs/GUARANTEES.md).
+    fn already_released(&self) -> Error {
+        if !self.is_done() && self.hold.state() == LockState::Lost {
+            return Error::new(ErrorKind::Lost, "the lock was lost before release");
+        }
+        Error::new(ErrorKind::NotHeld, "this guard was already released")
+    }
+
     /// `Ok` if still held with at least `margin` of validity left; [`ErrorKind::Lost`] otherwise.
     pub fn ensure(&self, margin: Duration) -> Result<()> {
         match self.state() {
@@ -827,7 +836,7 @@ impl Guard {
     /// longer release it; if that background attempt fails, the lease runs out.
     pub async fn release(&self) -> Result<()> {
         if self.flags.released.swap(true, Ordering::AcqRel) {
-            return Err(Error::new(ErrorKind::NotHeld, "this guard was already released"));
+            return Err(self.already_released());
         }
         let mut rest = ReleaseRest(Some((self.lock.clone(), self.hold.clone(), self.flags.clone())));
         let r = Self::release_level(&self.lock, &self.hold).await;
@@ -930,7 +939,7 @@ impl Guard {
         let c = &lock.inner.client;
         timing::check_ttl(&c.inner.opts, "ttl", ttl)?;
         if self.flags.released.load(Ordering::Acquire) {
-            return Err(Error::new(ErrorKind::NotHeld, "this guard was already released"));
+            return Err(self.already_released());
         }
         let _op = lock.inner.op.lock().await;
         match self.hold.state() {

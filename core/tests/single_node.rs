@@ -142,6 +142,10 @@ async fn reentrancy_and_non_owner() {
     let theirs = other.acquire(Some(Duration::ZERO)).await.unwrap();
     assert_eq!(mine.extend(Duration::from_secs(60)).await.unwrap_err().kind(), ErrorKind::Lost);
     assert_eq!(mine.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    // A stale guard keeps saying LOST after that release (it said NOT_HELD).
+    assert_eq!(mine.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(mine.extend(Duration::from_secs(60)).await.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(mine.state(), LockState::Lost);
     let info = client.inspect("re").await.unwrap().unwrap();
     assert_eq!((info.count, info.fence), (1, theirs.fence()));
     assert!(info.ttl.unwrap() <= Duration::from_secs(10), "non-owner extend changed the lease");
@@ -460,6 +464,22 @@ async fn a_dropped_release_is_finished_in_the_background() {
             client.force_unlock("dropped-release").await.unwrap();
         }
     }
+}
+
+// After the server was down long enough for the connection's reconnect burst to fail, the first
+// request once it is back goes through (it used to get the stored refusal: a renewal failed
+// seconds after the server returned, and the next one could come after the lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_request_after_an_outage_goes_through() {
+    let mut server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    client.inspect("outage").await.unwrap();
+    server.kill9();
+    assert_eq!(client.inspect("outage").await.unwrap_err().kind(), ErrorKind::Connection);
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the reconnect burst has failed
+    server.restart();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    client.inspect("outage").await.expect("the server is back");
 }
 
 // 7. SCRIPT FLUSH and a server restart mid-run: no user-visible error.
