@@ -505,10 +505,3 @@ where
     });
     Ok(PromiseRaw::new(raw_env, promise))
 }
-
-/// Run `fut` on the runtime, detached (nothing waits for it).
-pub fn spawn(fut: impl Future<Output = ()> + Send + 'static) {
-    if let Ok(d) = driver() {
-        d.runtime().spawn(fut);
-    }
-}

@@ -27,10 +27,7 @@ impl Held {
 
 impl crate::reply::Undelivered for Held {
     fn undelivered(self) {
-        let guard = self.guard;
-        driver::spawn(async move {
-            let _ = guard.release().await;
-        });
+        self.guard.release_detached();
     }
 }
 

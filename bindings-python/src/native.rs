@@ -268,11 +268,8 @@ pub struct NativeGuard {
 impl NativeGuard {
     /// Release in the background a grant whose acquire call was cancelled as it completed.
     pub fn abandon(&self, py: Python<'_>) {
-        if let (Ok(g), Ok(rt)) = (self.inner.get(py), crate::runtime::runtime(py)) {
-            let g = g.clone();
-            rt.spawn(async move {
-                let _ = g.release().await;
-            });
+        if let Ok(g) = self.inner.get(py) {
+            g.clone().release_detached();
         }
     }
 }

@@ -228,7 +228,7 @@ where
                     task.abort();
                     let (late, _) = py.detach(move || (rx.recv_timeout(Duration::from_secs(2)), rx));
                     if let Ok(Ok(value)) = late {
-                        value.abandon(prt);
+                        value.abandon();
                     }
                     return Err(e);
                 }
@@ -243,7 +243,7 @@ where
 /// What to do with a result nobody will receive (the caller was interrupted as it arrived).
 pub trait Abandon: Sized {
     /// Undo whatever the result holds; by default nothing.
-    fn abandon(self, _rt: &'static ProcessRuntime) {}
+    fn abandon(self) {}
 }
 
 impl Abandon for () {}
@@ -251,17 +251,15 @@ impl Abandon for ferrolock::Client {}
 impl Abandon for Option<ferrolock::LockInfo> {}
 
 impl Abandon for ferrolock::Guard {
-    fn abandon(self, rt: &'static ProcessRuntime) {
-        rt.spawn(async move {
-            let _ = self.release().await;
-        });
+    fn abandon(self) {
+        std::sync::Arc::new(self).release_detached();
     }
 }
 
 impl Abandon for Option<ferrolock::Guard> {
-    fn abandon(self, rt: &'static ProcessRuntime) {
+    fn abandon(self) {
         if let Some(g) = self {
-            g.abandon(rt);
+            g.abandon();
         }
     }
 }

@@ -818,6 +818,16 @@ impl Guard {
         self.hold.on_lost(cb);
     }
 
+    /// Release this level in the background, on the client's runtime, for a grant nobody will
+    /// receive (its caller was cancelled as it arrived, or the caller's thread is gone). Never
+    /// fails; if the release does, the lease runs out.
+    pub fn release_detached(self: Arc<Self>) {
+        let rt = self.lock.inner.client.inner.runtime.clone();
+        rt.spawn(async move {
+            let _ = self.release().await;
+        });
+    }
+
     /// The lock this guard belongs to.
     pub fn lock(&self) -> &Lock {
         &self.lock
