@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 /** The wire-format version this library implements (docs/PROTOCOL.md). */
-#define FERROLOCK_PROTOCOL_VERSION 1
+#define FERROLOCK_PROTOCOL_VERSION 2
 
 /**
  * The outcome of a call: ::FERROLOCK_RESULT_OK (0) or one of the core's stable error codes,

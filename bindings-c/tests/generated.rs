@@ -158,6 +158,9 @@ fn header_defines_every_core_code() {
         let line = format!("FERROLOCK_RESULT_{} = {},", k.name(), k.code());
         assert!(header.contains(&line), "ferrolock.h lacks `{line}`: run bindings-c/generate.sh");
     }
+    // cbindgen.toml carries the protocol version as text: it must follow the core's constant.
+    let line = format!("#define FERROLOCK_PROTOCOL_VERSION {}", ferrolock::PROTOCOL_VERSION);
+    assert!(header.contains(&line), "ferrolock.h lacks `{line}`: edit bindings-c/cbindgen.toml");
 }
 
 #[test]

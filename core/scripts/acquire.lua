@@ -1,4 +1,4 @@
--- ferrolock acquire (protocol v1, see docs/PROTOCOL.md)
+-- ferrolock acquire (protocol v2, see docs/PROTOCOL.md)
 -- KEYS[1]  lock hash        <prefix>{<name>}
 -- KEYS[2]  fence counter    <prefix>{<name>}:fence
 -- ARGV[1]  owner token

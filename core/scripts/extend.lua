@@ -1,4 +1,4 @@
--- ferrolock extend (protocol v1, see docs/PROTOCOL.md); also the watchdog's renewal
+-- ferrolock extend (protocol v2, see docs/PROTOCOL.md); also the watchdog's renewal
 -- KEYS[1]  lock hash        <prefix>{<name>}
 -- ARGV[1]  owner token
 -- ARGV[2]  new lease in milliseconds (integer > 0)

@@ -1,4 +1,4 @@
--- ferrolock force-unlock (protocol v1, see docs/PROTOCOL.md): administrative release
+-- ferrolock force-unlock (protocol v2, see docs/PROTOCOL.md): administrative release
 -- KEYS[1]  lock hash        <prefix>{<name>}
 -- ARGV[1]  release channel  <prefix>{<name>}:released
 -- ARGV[2]  optional: 'sharded' to publish with SPUBLISH (Redis Cluster) instead of PUBLISH

@@ -1,4 +1,4 @@
--- ferrolock inspect (protocol v1, see docs/PROTOCOL.md): read-only snapshot of one lock
+-- ferrolock inspect (protocol v2, see docs/PROTOCOL.md): read-only snapshot of one lock
 -- KEYS[1]  lock hash        <prefix>{<name>}
 -- KEYS[2]  fence counter    <prefix>{<name>}:fence
 -- Returns {held, owner, count, fence, pttl, last_fence}; held = 0 leaves owner/count/fence false.

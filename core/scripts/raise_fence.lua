@@ -1,4 +1,4 @@
--- ferrolock raise-fence (protocol v1, see docs/PROTOCOL.md): Redlock's fencing write-back
+-- ferrolock raise-fence (protocol v2, see docs/PROTOCOL.md): Redlock's fencing write-back
 -- KEYS[1]  lock hash        <prefix>{<name>}
 -- KEYS[2]  fence counter    <prefix>{<name>}:fence
 -- ARGV[1]  owner token

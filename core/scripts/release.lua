@@ -1,4 +1,4 @@
--- ferrolock release (protocol v1, see docs/PROTOCOL.md)
+-- ferrolock release (protocol v2, see docs/PROTOCOL.md)
 -- KEYS[1]  lock hash        <prefix>{<name>}
 -- ARGV[1]  owner token
 -- ARGV[2]  release channel  <prefix>{<name>}:released
@@ -17,7 +17,7 @@
 -- ARGV[6]  fence counter idle retention in milliseconds (integer > 0)
 -- In fair mode ARGV[1] first leaves the queue (a waiter giving up releases with count 0), and
 -- a deleted hold is handed to the oldest queued waiter whose stay has not run out: it becomes
--- the owner (count 1, a new fence, its own lease) and the message is 'G:<token>:<fence>'.
+-- the owner (count 1, a new fence, its own lease) and the message is 'G:<token>:<fence>:<lease ms>'.
 -- Returns the remaining count (0: deleted and published), or -1 when ARGV[1] does not hold it.
 if KEYS[4] and redis.call('HDEL', KEYS[4], ARGV[1]) == 1 then
   redis.call('LREM', KEYS[3], 0, ARGV[1])
@@ -64,7 +64,7 @@ if KEYS[4] then
         redis.call('SET', KEYS[2], fence, 'PX', ARGV[6])
         redis.call('HSET', KEYS[1], 'owner', waiter, 'count', 1, 'fence', fence)
         redis.call('PEXPIRE', KEYS[1], lease)
-        message = 'G:' .. waiter .. ':' .. fence
+        message = 'G:' .. waiter .. ':' .. fence .. ':' .. lease
         break
       end
     end

@@ -71,4 +71,4 @@ pub use token::new_token;
 pub use replicas::keep_refused_grants_for_tests;
 
 /// The wire-format version implemented (docs/PROTOCOL.md).
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;

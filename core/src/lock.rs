@@ -208,10 +208,7 @@ impl Lock {
                     if let Some(l) = left {
                         bound = bound.min(l);
                     }
-                    tokio::select! {
-                        _ = s.changed() => {}
-                        _ = tokio::time::sleep(bound) => {}
-                    }
+                    s.wait(bound).await;
                     // Fair mode: a release handed the lock to this token after the last "held"
                     // reply, so its lease began after `t_held`: no round trip needed.
                     if let (Some(fence), Some(t)) = (s.take_grant(), t_held) {

@@ -41,9 +41,10 @@
 //! other outcome its wake is handed on once the outcome is known ([`HandOnState`]).
 //!
 //! Fair mode (docs/PROTOCOL.md): a release that hands the lock to a queued waiter publishes
-//! `G:<token>:<fence>` instead of the hold's key. That message wakes only the waiter of this
+//! `G:<token>:<fence>:<lease>` instead of the hold's key. That message wakes only the waiter of this
 //! client whose subscription carries that token ([`Subscription::set_token`]), with the fence
-//! ([`Subscription::take_grant`]); no other waiter of this client is woken (the lock is held).
+//! ([`Subscription::take_grant`]); no other waiter of this client is woken (the lock is held),
+//! but each bounds its wait by the grantee's lease ([`Subscription::wait`]).
 //! A grant kept by a waiter is cleared by its next [`Subscription::mark`]: a grant that arrived
 //! before a try is reflected in that try's reply (the try finds this token holding), or was
 //! undone by this client meanwhile.
@@ -79,9 +80,21 @@ struct Slot {
     token: std::sync::OnceLock<Arc<str>>,
     /// Fair mode: the fence of a grant to `token` announced since the last mark (0: none).
     grant: std::sync::atomic::AtomicU64,
+    /// Fair mode: when the lease of a grant handed to *another* waiter since the last mark ends
+    /// at the latest (see [`Subscription::wait`]).
+    rearm: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Slot {
+    fn rearm(&self, by: tokio::time::Instant) {
+        let mut r = lock(&self.rearm);
+        if r.is_none_or(|t| by < t) {
+            *r = Some(by);
+        }
+        drop(r);
+        self.notify.notify_waiters(); // not woken: [`Subscription::wait`] shortens its bound
+    }
+
     fn wake(&self) {
         self.woken.store(true, Ordering::Release);
         self.notify.notify_waiters();
@@ -136,7 +149,7 @@ impl Chan {
     /// One release message: every broadcast waiter, and the oldest FIFO waiter without a
     /// pending wake; a fair grant (token, fence) wakes only the FIFO waiter queued with that
     /// token, if it is one of this client's.
-    fn deliver(&mut self, grant: Option<(&[u8], u64)>) {
+    fn deliver(&mut self, grant: Option<Grant<'_>>) {
         let mut fifo_done = false;
         if grant.is_none()
             && let Some(h) = &mut self.hand_on
@@ -150,11 +163,17 @@ impl Chan {
         for slot in self.waiters.values() {
             if !slot.fifo {
                 slot.wake();
-            } else if let Some((token, fence)) = grant {
-                if !fifo_done && slot.token.get().is_some_and(|t| t.as_bytes() == token) {
-                    slot.grant.store(fence, Ordering::Release);
-                    slot.wake();
-                    fifo_done = true;
+            } else if let Some(g) = &grant {
+                if slot.token.get().is_some_and(|t| t.as_bytes() == g.token) {
+                    if !fifo_done {
+                        slot.grant.store(g.fence, Ordering::Release);
+                        slot.wake();
+                        fifo_done = true;
+                    }
+                } else if let Some(lease) = g.lease {
+                    // The lock went to another waiter: if that waiter is dead, the lock is free
+                    // again when its lease ends, with no message. Try by then at the latest.
+                    slot.rearm(tokio::time::Instant::now() + lease);
                 }
             } else if !fifo_done && !slot.woken.load(Ordering::Acquire) {
                 slot.wake();
@@ -219,13 +238,29 @@ impl Drop for Notifier {
     }
 }
 
-/// A fair grant's message `G:<token>:<fence>` (a hold key always contains `{`, so a plain
-/// release message never parses as one).
-fn parse_grant(payload: &[u8]) -> Option<(&[u8], u64)> {
+/// A fair grant's message: the token handed the lock, its fence, and its lease when the message
+/// carries one.
+#[derive(Debug, PartialEq)]
+struct Grant<'a> {
+    token: &'a [u8],
+    fence: u64,
+    lease: Option<Duration>,
+}
+
+/// Parse a fair grant's message `G:<token>:<fence>:<lease ms>` (or `G:<token>:<fence>` as sent
+/// before the lease was added). Tokens are hex, so the fields split at every ':'; a hold key
+/// always contains `{`, so a plain release message never parses as one.
+fn parse_grant(payload: &[u8]) -> Option<Grant<'_>> {
     let rest = payload.strip_prefix(b"G:")?;
-    let colon = rest.iter().rposition(|&b| b == b':')?;
-    let fence = std::str::from_utf8(&rest[colon + 1..]).ok()?.parse::<u64>().ok()?;
-    (fence > 0).then_some((&rest[..colon], fence))
+    let mut fields = rest.split(|&b| b == b':');
+    let token = fields.next().filter(|t| !t.is_empty() && !t.contains(&b'{'))?;
+    let number = |f: &[u8]| std::str::from_utf8(f).ok()?.parse::<u64>().ok();
+    let fence = number(fields.next()?).filter(|&f| f > 0)?;
+    let lease = match fields.next() {
+        None => None,
+        Some(f) => Some(Duration::from_millis(number(f)?)),
+    };
+    fields.next().is_none().then_some(Grant { token, fence, lease })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -299,6 +334,7 @@ impl Notifier {
             fifo,
             token: std::sync::OnceLock::new(),
             grant: std::sync::atomic::AtomicU64::new(0),
+            rearm: Mutex::new(None),
         });
         chan.waiters.insert(id, slot.clone());
         Subscription {
@@ -538,6 +574,7 @@ impl Subscription {
     /// Call right before each try: [`Self::changed`] then waits for a release after this point.
     pub fn mark(&mut self) {
         self.slot.grant.store(0, Ordering::Release);
+        *lock(&self.slot.rearm) = None; // the try's reply bounds the next wait
         if self.slot.woken.load(Ordering::Acquire) {
             self.slot.owed.store(true, Ordering::Release); // set before woken is cleared: busy()
             self.slot.woken.store(false, Ordering::Release);
@@ -602,6 +639,29 @@ impl Subscription {
         self.granted = true;
         if self.slot.handed.swap(false, Ordering::AcqRel) {
             self.notifier.report_hand_on(&self.channel, self.id, true);
+        }
+    }
+
+    /// Waits until a release (or a reconnect) reached this waiter since the last [`Self::mark`],
+    /// or `bound` passed. A fair hand-over to another waiter shortens the bound to the end of
+    /// that waiter's lease (docs/PROTOCOL.md, "Fair mode"): if it died, nothing else would
+    /// announce that the lock is free again.
+    pub async fn wait(&mut self, bound: Duration) {
+        let mut until = tokio::time::Instant::now() + bound;
+        loop {
+            let notified = self.slot.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.slot.woken.load(Ordering::Acquire) {
+                return;
+            }
+            if let Some(by) = lock(&self.slot.rearm).take() {
+                until = until.min(by);
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(until) => return,
+            }
         }
     }
 
@@ -681,11 +741,59 @@ mod tests {
         let mut w = w;
         w[1].mark();
         assert_eq!(w[1].take_grant(), None, "a grant announced before a try outlived the try");
-        // Payloads that are not grants: hold keys (they contain '{'), malformed fences.
-        for p in [&b"ferrolock:{G:x}"[..], b"G:ccc:", b"G:ccc:x", b"G:ccc:0", b"G:"] {
+        // Payloads that are not grants: hold keys (they contain '{'), malformed fields.
+        for p in [
+            &b"ferrolock:{G:x}"[..],
+            b"G:ccc:",
+            b"G:ccc:x",
+            b"G:ccc:0",
+            b"G:",
+            b"G::7",
+            b"G:ccc:7:",
+            b"G:ccc:7:x",
+            b"G:ccc:7:100:1",
+            b"G:{a}:7",
+        ] {
             assert_eq!(parse_grant(p), None, "{}", String::from_utf8_lossy(p));
         }
-        assert_eq!(parse_grant(b"G:a:b:7"), Some((&b"a:b"[..], 7)));
+        let g = |token: &'static [u8], fence, lease| Some(Grant { token, fence, lease });
+        assert_eq!(parse_grant(b"G:ab:7"), g(b"ab", 7, None), "the message without a lease");
+        assert_eq!(parse_grant(b"G:ab:7:2500"), g(b"ab", 7, Some(Duration::from_millis(2500))));
+    }
+
+    // A grant to another token shortens the others' wait to that grant's lease (the grantee
+    // may be dead: nothing else announces the end of its hold); the grantee is woken at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_to_another_token_bounds_the_wait_by_its_lease() {
+        let n = notifier();
+        let mut w = waiting(&n, 2);
+        w[0].set_token("aaa".into());
+        w[1].set_token("bbb".into());
+        let t0 = tokio::time::Instant::now();
+        let mut w1 = w.pop().unwrap();
+        let waiter = tokio::spawn(async move {
+            w1.wait(Duration::from_secs(60)).await;
+            (tokio::time::Instant::now(), woken(&w1))
+        });
+        tokio::task::yield_now().await;
+        grant(&n, b"G:aaa:5:3000");
+        assert!(woken(&w[0]), "the grantee is woken");
+        let (t, was_woken) = waiter.await.unwrap();
+        assert!(!was_woken, "another token's grant wakes nobody else");
+        assert_eq!(t - t0, Duration::from_secs(3), "the wait ends with the grantee's lease");
+
+        // Control: without the lease in the message, the same wait runs to its own bound.
+        let t0 = tokio::time::Instant::now();
+        let mut w1 = n.peek(CH).unwrap();
+        w1.mark();
+        w1.set_token("ccc".into());
+        let waiter = tokio::spawn(async move {
+            w1.wait(Duration::from_secs(60)).await;
+            tokio::time::Instant::now()
+        });
+        tokio::task::yield_now().await;
+        grant(&n, b"G:aaa:6");
+        assert_eq!(waiter.await.unwrap() - t0, Duration::from_secs(60));
     }
 
     fn woken(s: &Subscription) -> bool {

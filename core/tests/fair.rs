@@ -316,3 +316,37 @@ async fn a_grant_after_a_long_queue_restarts_the_lease() {
     assert_eq!(got.state(), ferrolock::LockState::Held, "the hold was reported lost");
     got.release().await.unwrap();
 }
+
+// A queued waiter that died is handed the lock for its lease: the waiters behind it learn that
+// lease from the grant's message and try when it ends, not at their own bound (the previous
+// holder's lease: here longer than their whole wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_behind_a_dead_grantee_try_when_its_lease_ends() {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let holder = connect(&server).await.lock("dead", opts(true)).unwrap();
+    let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+    let dead = "dead00000000000000000000000000ff";
+    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
+    let _: redis::Value = script
+        .key("ferrolock:{dead}")
+        .key("ferrolock:{dead}:fence")
+        .key("ferrolock:{dead}:queue")
+        .key("ferrolock:{dead}:waiters")
+        .arg(dead)
+        .arg(500) // its lease
+        .arg(60_000)
+        .arg(10)
+        .arg(60_000)
+        .invoke_async(&mut data)
+        .await
+        .unwrap();
+    let waiter = connect(&server).await.lock("dead", opts(true)).unwrap();
+    let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(5))).await });
+    until_queued(&mut data, "dead", 2).await;
+    g.release().await.unwrap();
+    let owner: Option<String> = data.hget("ferrolock:{dead}", "owner").await.unwrap();
+    assert_eq!(owner.as_deref(), Some(dead), "the dead waiter was not handed the lock");
+    let got = w.await.unwrap().expect("the live waiter was not granted within its wait");
+    got.release().await.unwrap();
+}
