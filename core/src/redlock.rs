@@ -28,7 +28,7 @@ use redis::Value;
 use redis::aio::ConnectionManager;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::client::{Client, LockInfo, Target, as_array, bytes_at, int_at, parse_num, redact_secrets};
+use crate::client::{Client, Conn, LockInfo, Target, as_array, bytes_at, int_at, parse_num, redact_secrets};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hold::Hold;
 use crate::keys::Keys;
@@ -184,7 +184,9 @@ impl Touch {
 
 /// One master of a Redlock client.
 pub(crate) struct Node {
-    conn: OnceLock<ConnectionManager>,
+    /// `Conn::Direct`: a request refused on a connection that failed while the master was
+    /// down is sent once more (client.rs, `refused_again`).
+    conn: OnceLock<Conn>,
     pub notifier: Arc<Notifier>,
     addr: String,
     secrets: Vec<String>,
@@ -218,7 +220,7 @@ impl Drop for Inflight {
 }
 
 impl Node {
-    fn conn(&self) -> Option<ConnectionManager> {
+    fn conn(&self) -> Option<Conn> {
         self.conn.get().cloned()
     }
 
@@ -226,7 +228,7 @@ impl Node {
         Error::from_redis(e, &|s| redact_secrets(&self.secrets, s))
     }
 
-    fn admit(self: &Arc<Self>, class: Class, cap: usize) -> Option<(ConnectionManager, Inflight)> {
+    fn admit(self: &Arc<Self>, class: Class, cap: usize) -> Option<(Conn, Inflight)> {
         let conn = self.conn()?;
         let limit = match class {
             Class::New => {
@@ -532,7 +534,7 @@ impl Quorum {
     fn fan_out<T, F, Fut>(&self, class: &dyn Fn(usize) -> Class, lanes: Option<&[Lane]>, make: F) -> FanOut<T>
     where
         T: Send + 'static,
-        F: Fn(usize, ConnectionManager) -> Fut,
+        F: Fn(usize, Conn) -> Fut,
         Fut: Future<Output = std::result::Result<T, redis::RedisError>> + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -1262,7 +1264,7 @@ struct AcquireTask {
 }
 
 impl AcquireTask {
-    async fn run(self, mut conn: ConnectionManager, inv: redis::ScriptInvocation<'static>) {
+    async fn run(self, mut conn: Conn, inv: redis::ScriptInvocation<'static>) {
         let AcquireTask {
             i,
             node,
@@ -1382,7 +1384,7 @@ fn start_node(node: &Arc<Node>, conn: ConnectionManager, opts: &Arc<ClientOption
         opts.subscription_linger,
         Some(opts.redlock_node_timeout.max(opts.response_timeout)),
     ));
-    let _ = node.conn.set(conn);
+    let _ = node.conn.set(Conn::Direct(conn));
 }
 
 /// Keep trying a master that could not be reached at connect time.

@@ -1128,3 +1128,23 @@ async fn dropping_a_client_closes_its_connections() {
         s.wait_for(limit, "the dropped clients' connections to close", |s| clients_on(s) == 0);
     }
 }
+
+// A master that was down long enough for its connection's reconnect burst to fail answers the
+// first request sent after it is back (it used to get the stored refusal: one lost vote, which
+// decides the round when another master is down at that moment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_back_from_an_outage_answers_the_first_request() {
+    let mut servers = start_many(3);
+    let client = redlock_with(&servers, calm()).await;
+    let lock = client.lock("outage", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    lock.try_acquire().await.unwrap().expect("all masters up").release().await.unwrap();
+    servers[0].kill9();
+    let g = lock.try_acquire().await.unwrap().expect("two of three masters up");
+    g.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the reconnect burst has failed
+    servers[0].restart();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    servers[1].kill9(); // the quorum now needs the master that came back
+    let g = lock.try_acquire().await.expect("a quorum answered").expect("masters 0 and 2 granted");
+    g.release().await.unwrap();
+}
