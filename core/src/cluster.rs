@@ -146,6 +146,18 @@ impl ClusterConfig {
         if err.kind() == ErrorKind::Tls {
             return err;
         }
+        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+            && err.message().contains("cluster support disabled")
+        {
+            // A single server given a cluster URL: a configuration error, not a script's.
+            return Error::new(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "{}: the server is not part of a Redis Cluster; use a redis:// (or rediss://) URL for one server",
+                    err.message()
+                ),
+            );
+        }
         let schemes = Schemes { plain: SCHEME, tls: TLS_SCHEME };
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(opts.connect_timeout))

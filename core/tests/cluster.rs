@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::{SlotMove, calls, key, opts};
 use ferrolock::{Client, ErrorKind, LockOptions, LockState, ReplicaAcks};
-use ferrolock_testkit::RedisCluster;
+use ferrolock_testkit::{RedisCluster, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_on_a_cluster_with_a_replica_promotion() {
@@ -225,6 +225,12 @@ async fn cluster_urls_and_options_are_checked() {
     let e = Client::connect("redis+cluster://:s3cret-pw@127.0.0.1:1", o).await.unwrap_err();
     assert!(e.kind().is_transient(), "{e}");
     assert!(!format!("{e} {e:?}").contains("s3cret-pw"));
+    // A single server given a cluster URL says so (it used to read as a SCRIPT error).
+    let single = RedisServer::start();
+    let url = single.url().replacen("redis://", "redis+cluster://", 1);
+    let e = Client::connect(&url, opts()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert!(e.message().contains("not part of a Redis Cluster"), "{e}");
 }
 
 /// Regression: redis 1.8.1 resubscribes a cluster node to all its tracked channels as one
