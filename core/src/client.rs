@@ -73,7 +73,7 @@ impl ConnectionLike for Conn {
             }),
             Conn::Sentinel(s) => crate::sentinel::req_command(s, cmd),
             #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => c.cmd.req_packed_command(cmd),
+            Conn::Cluster(c) => crate::cluster::req_command(c, cmd),
         }
     }
 
@@ -95,7 +95,7 @@ impl ConnectionLike for Conn {
             }),
             Conn::Sentinel(s) => crate::sentinel::req_commands(s, pipeline, offset, count),
             #[cfg(feature = "cluster")]
-            Conn::Cluster(c) => crate::cluster::req_commands(&mut c.cmd, pipeline, offset, count),
+            Conn::Cluster(c) => crate::cluster::req_commands(c, pipeline, offset, count),
         }
     }
 

@@ -228,23 +228,52 @@ pub(crate) struct ClusterConns {
     pub sub: Arc<crate::cluster_sub::ShardedSubs>,
 }
 
+/// One command on the cluster; a timeout starts a check of the slot's master
+/// ([`crate::cluster_sub::ShardedSubs::after_timeout`]).
+pub(crate) fn req_command<'a>(conns: &'a mut ClusterConns, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+    Box::pin(async move {
+        let r = conns.cmd.req_packed_command(cmd).await;
+        if let Err(e) = &r
+            && e.is_timeout()
+            && let Some(key) = first_key(cmd)
+        {
+            conns.sub.after_timeout(key);
+        }
+        r
+    })
+}
+
+/// The first key of a lock command: a script's `KEYS[1]`, else the first argument.
+fn first_key(cmd: &Cmd) -> Option<&[u8]> {
+    let mut args = cmd.args_iter().map(|a| match a {
+        redis::Arg::Simple(b) => b,
+        _ => &[][..],
+    });
+    let name = args.next()?;
+    if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL") {
+        let numkeys = args.nth(1)?;
+        return (numkeys != b"0").then(|| args.next()).flatten();
+    }
+    args.next()
+}
+
 /// A pipeline on a cluster: redis refuses one whose keys span slots, and the watchdog's renewal
 /// pipeline holds many locks. Send its commands concurrently, each to its own slot's node, and
 /// return the replies in order (server errors as error values, like a pipeline's).
 pub(crate) fn req_commands<'a>(
-    conn: &'a mut ClusterConnection,
+    conns: &'a mut ClusterConns,
     pipeline: &'a Pipeline,
     offset: usize,
     count: usize,
 ) -> redis::RedisFuture<'a, Vec<Value>> {
     if pipeline.is_transaction() || offset != 0 || count != pipeline.len() {
-        return conn.req_packed_commands(pipeline, offset, count);
+        return conns.cmd.req_packed_commands(pipeline, offset, count);
     }
     Box::pin(async move {
         let mut set = tokio::task::JoinSet::new();
         for (i, cmd) in pipeline.cmd_iter().enumerate() {
-            let (mut c, cmd): (ClusterConnection, Cmd) = (conn.clone(), cmd.clone());
-            set.spawn(async move { (i, c.req_packed_command(&cmd).await) });
+            let (mut c, cmd): (ClusterConns, Cmd) = (conns.clone(), cmd.clone());
+            set.spawn(async move { (i, req_command(&mut c, &cmd).await) });
         }
         let mut out: Vec<Option<Value>> = vec![None; pipeline.len()];
         while let Some(joined) = set.join_next().await {

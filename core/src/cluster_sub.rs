@@ -64,6 +64,10 @@ pub(crate) struct ShardedSubs {
     next_id: AtomicU64,
     /// Test knob: when off, a lost subscription is not repaired (waiters fall back to the PTTL).
     repair: AtomicBool,
+    /// A check after a timed-out lock command is running ([`ShardedSubs::after_timeout`]), and
+    /// when the last one started.
+    checking: AtomicBool,
+    last_check: Mutex<Option<std::time::Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -93,6 +97,8 @@ impl ShardedSubs {
             state: Mutex::new(State::default()),
             next_id: AtomicU64::new(0),
             repair: AtomicBool::new(true),
+            checking: AtomicBool::new(false),
+            last_check: Mutex::new(None),
         })
     }
 
@@ -239,11 +245,8 @@ impl ShardedSubs {
         find_slot(Some(&parse_slots(&v)), key_slot(channel))
     }
 
-    /// The subscriber connection to `addr`, opened if needed.
-    async fn node(&self, addr: &str) -> RedisResult<Node> {
-        if let Some(n) = lock(&self.state).nodes.get(addr) {
-            return Ok(n.clone());
-        }
+    /// A client for the node at `addr`, with the first seed's credentials and TLS.
+    fn target(&self, addr: &str) -> RedisResult<crate::client::Target> {
         let (host, port) = addr.rsplit_once(':').ok_or_else(|| client_error("bad node address"))?;
         let port: u16 = port.parse().map_err(|_| client_error("bad node port"))?;
         let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
@@ -254,8 +257,16 @@ impl ShardedSubs {
             _ => redis::ConnectionAddr::Tcp(host, port),
         };
         let info = self.template.clone().set_addr(conn_addr);
-        let target = crate::client::Target::from_info(info, &self.opts.tls)
-            .map_err(|_| client_error("sharded subscription: unusable node address or TLS options"))?;
+        crate::client::Target::from_info(info, &self.opts.tls)
+            .map_err(|_| client_error("sharded subscription: unusable node address or TLS options"))
+    }
+
+    /// The subscriber connection to `addr`, opened if needed.
+    async fn node(&self, addr: &str) -> RedisResult<Node> {
+        if let Some(n) = lock(&self.state).nodes.get(addr) {
+            return Ok(n.clone());
+        }
+        let target = self.target(addr)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (me, at) = (self.me.clone(), addr.to_owned());
         let config = AsyncConnectionConfig::new()
@@ -312,6 +323,102 @@ impl ShardedSubs {
         }
     }
 
+    /// A lock command for `key` timed out on the scripts' connection. redis's cluster driver
+    /// rebuilds its slot map on `MOVED`, `READONLY` and lost connections, never on a timeout: a
+    /// master that hangs with its connections open (SIGSTOP, a partition that drops packets)
+    /// keeps its slots in the driver's map after the cluster promoted its replica, and every
+    /// command for them times out until it returns. So check, in the background (one check at
+    /// a time, at most one per 250 ms): when the cluster names a master for `key`'s slot that
+    /// answers while the driver's route does not reach it, make the driver rebuild its map (a
+    /// `MOVED` from another master), and move the slot's release subscription there.
+    pub fn after_timeout(&self, key: &[u8]) {
+        if !self.repair.load(Ordering::Relaxed) {
+            return;
+        }
+        {
+            let mut last = lock(&self.last_check);
+            let now = std::time::Instant::now();
+            if last.is_some_and(|t| now.duration_since(t) < Duration::from_millis(250))
+                || self.checking.swap(true, Ordering::AcqRel)
+            {
+                return;
+            }
+            *last = Some(now);
+        }
+        let Some(me) = self.me.upgrade() else {
+            self.checking.store(false, Ordering::Release);
+            return;
+        };
+        let key = key.to_vec();
+        tokio::spawn(async move {
+            me.check_owner(&key).await;
+            me.checking.store(false, Ordering::Release);
+        });
+    }
+
+    async fn check_owner(&self, key: &[u8]) {
+        use redis::cluster_routing::{
+            MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+        };
+        let bound = self.opts.response_timeout;
+        let ask = |cmd: redis::Cmd, route: RoutingInfo| {
+            let mut conn = self.cmd.clone();
+            async move { tokio::time::timeout(bound, conn.route_command(cmd, route)).await.ok() }
+        };
+        let by_addr = |addr: &str| {
+            let (host, port) = addr.rsplit_once(':')?;
+            let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+            Some(RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port: port.parse().ok()? }))
+        };
+        let text = |v: Value| redis::from_redis_value::<String>(v).ok();
+        // The cluster's account, from the first master that answers (a hung one never does).
+        let all =
+            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(ResponsePolicy::OneSucceeded)));
+        let Some(Ok(v)) = ask(redis::cmd("CLUSTER").arg("SLOTS").clone(), all).await else { return };
+        let table = parse_ranges(&v);
+        let slot = key_slot(key);
+        let Some((_, _, owner, Some(owner_id))) = table.iter().find(|r| (r.0..=r.1).contains(&slot)).cloned()
+        else {
+            return;
+        };
+        // The node the driver sends the slot's commands to.
+        let routed = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+            key,
+            SlotAddr::Master,
+        )));
+        let routed_id =
+            ask(redis::cmd("CLUSTER").arg("MYID").clone(), routed).await.and_then(|r| r.ok()).and_then(text);
+        if routed_id.as_deref() == Some(owner_id.as_str()) {
+            return; // the driver's route is right: the timeout was the owner's own
+        }
+        // Does the owner answer, on a connection of its own? (Asked through the driver, an
+        // owner it has no connection to would make it reconnect from the seeds, which waits
+        // for a hung seed's connect timeout.)
+        let probe = async {
+            let target = self.target(&owner).ok()?;
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(bound))
+                .set_response_timeout(Some(bound));
+            let mut conn = target.client.get_multiplexed_async_connection_with_config(&config).await.ok()?;
+            redis::cmd("CLUSTER").arg("MYID").query_async::<String>(&mut conn).await.ok()
+        };
+        if tokio::time::timeout(bound * 2, probe).await.ok().flatten().as_deref() != Some(owner_id.as_str()) {
+            return; // not answering: still the hung master, or not reachable from here
+        }
+        tracing::info!("ferrolock: cluster slot {slot} is served by {owner} now; refreshing the slot map");
+        // A master that does not serve the slot answers MOVED: the driver rebuilds its map.
+        if let Some(route) = table.iter().find(|r| r.2 != owner).and_then(|r| by_addr(&r.2)) {
+            let _ = ask(redis::cmd("EXISTS").arg(key).clone(), route).await;
+        }
+        // The release subscription of this lock, if it is on another node, moves too.
+        let mut channel = key.to_vec();
+        channel.extend_from_slice(b":released");
+        let moved = lock(&self.state).wanted.get(&channel).filter(|a| !a.is_empty() && **a != owner).cloned();
+        if let Some(from) = moved {
+            self.start_repair(channel, &from);
+        }
+    }
+
     fn start_repair(&self, channel: Vec<u8>, from: &str) {
         if !self.repair.load(Ordering::Relaxed) {
             return;
@@ -349,6 +456,11 @@ impl ShardedSubs {
 
 /// `CLUSTER SLOTS` as (first, last, master `host:port`).
 fn parse_slots(v: &Value) -> Vec<(u16, u16, String)> {
+    parse_ranges(v).into_iter().map(|(first, last, addr, _)| (first, last, addr)).collect()
+}
+
+/// `CLUSTER SLOTS` as (first, last, master `host:port`, master node id).
+fn parse_ranges(v: &Value) -> Vec<(u16, u16, String, Option<String>)> {
     let int = |v: &Value| match v {
         Value::Int(n) => u16::try_from(*n).ok(),
         _ => None,
@@ -374,7 +486,7 @@ fn parse_slots(v: &Value) -> Vec<(u16, u16, String)> {
             continue;
         }
         let host = if host.contains(':') { format!("[{host}]") } else { host };
-        out.push((first, last, format!("{host}:{port}")));
+        out.push((first, last, format!("{host}:{port}"), master.get(2).and_then(text)));
     }
     out
 }

@@ -350,3 +350,54 @@ async fn fair_mode_hands_on_over_sharded_messages() {
     assert_eq!(scripts, 3, "{scripts} scripts for 3 releases: a waiter tried again");
     assert_eq!(calls(node, "spublish") - spublish_before, 3, "each release sends one sharded message");
 }
+
+// A slot master that hangs with its connections open (SIGSTOP; a partition dropping packets
+// looks the same) is failed over by the cluster. The driver never rebuilds its slot map on a
+// timeout, so every command for that slot kept going to the hung node: the holder could not
+// release, the waiter timed out with the lock free on the new master. A timeout now makes the
+// client check the slot's master and rebuild the map: the waiter gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_master_failed_over_is_left_for_its_heir() {
+    let cluster = RedisCluster::start(3, 1);
+    let holder_c = Client::connect(&cluster.url(3), opts()).await.unwrap();
+    let waiter_c = Client::connect(&cluster.url(3), opts()).await.unwrap();
+    let name = "hung";
+    // A lease that outlasts the failover on a loaded machine: the release must find the hold.
+    let holder = holder_c.lock(name, LockOptions::lease(Duration::from_secs(15))).unwrap();
+    let g = holder.try_acquire().await.unwrap().expect("free");
+    let master = cluster.master_of(&key(name));
+    let heir = cluster.replica_of(master);
+    let _: i64 = master.cmd(&["WAIT", "1", "1000"]);
+    let lock = waiter_c.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let waiter =
+        tokio::spawn(async move { lock.acquire(Some(Duration::from_secs(25))).await.map(|g| g.fence()) });
+    let channel = format!("{}:released", key(name));
+    let start = Instant::now();
+    while master.cmd::<Vec<redis::Value>>(&["PUBSUB", "SHARDNUMSUB", &channel]).get(1)
+        != Some(&redis::Value::Int(1))
+    {
+        assert!(start.elapsed() < Duration::from_secs(5), "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    master.pause();
+    let start = Instant::now();
+    while heir.info_field("replication", "role").as_deref() != Some("master") {
+        assert!(start.elapsed() < Duration::from_secs(30), "no failover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The holder's release reaches the heir (a first try may still time out on the hung node).
+    let mut released = false;
+    for _ in 0..5 {
+        match g.release().await {
+            Ok(()) => {
+                released = true;
+                break;
+            }
+            Err(e) => eprintln!("release: {e}"),
+        }
+    }
+    let got = waiter.await.unwrap();
+    master.resume();
+    assert!(got.is_ok(), "the waiter never got the lock from the heir: {got:?}");
+    assert!(released, "the holder never released on the heir");
+}
