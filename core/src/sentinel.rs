@@ -225,8 +225,23 @@ impl SentinelConn {
         opts: Arc<ClientOptions>,
         notifier: &Arc<Notifier>,
     ) -> Result<Arc<SentinelConn>> {
-        let addr = discover(&cfg, &opts).await?;
-        let manager = open_master(&cfg, &opts, notifier, &addr).await?;
+        let mut last_failed: Option<Error> = None;
+        // A sentinel with a stale view (the master it names is down, or a replica now) is passed
+        // over for the next one that names another address.
+        let mut tried = Vec::new();
+        let (addr, manager) = loop {
+            let addr = match discover(&cfg, &opts, &tried).await {
+                Ok(a) => a,
+                Err(e) => return Err(last_failed.take().unwrap_or(e)),
+            };
+            match open_master(&cfg, &opts, notifier, &addr).await {
+                Ok(m) => break (addr, m),
+                Err(e) => {
+                    tried.push(addr);
+                    last_failed = Some(e);
+                }
+            }
+        };
         let me = Arc::new(SentinelConn {
             cfg,
             opts,
@@ -315,21 +330,27 @@ impl SentinelConn {
         }
         *last = Some(Instant::now());
         let Some(notifier) = self.notifier.upgrade() else { return };
-        let addr = match discover(&self.cfg, &self.opts).await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("ferrolock: sentinel lookup failed: {e}");
+        let current = self.current.read().unwrap_or_else(|p| p.into_inner()).addr.clone();
+        let mut tried = Vec::new();
+        let (addr, manager) = loop {
+            let addr = match discover(&self.cfg, &self.opts, &tried).await {
+                Ok(a) => a,
+                Err(e) => {
+                    if tried.is_empty() {
+                        tracing::warn!("ferrolock: sentinel lookup failed: {e}");
+                    }
+                    return;
+                }
+            };
+            if addr == current {
                 return;
             }
-        };
-        if self.current.read().unwrap_or_else(|p| p.into_inner()).addr == addr {
-            return;
-        }
-        let manager = match open_master(&self.cfg, &self.opts, &notifier, &addr).await {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!("ferrolock: sentinel: new master {}:{} not usable yet: {e}", addr.0, addr.1);
-                return;
+            match open_master(&self.cfg, &self.opts, &notifier, &addr).await {
+                Ok(m) => break (addr, m),
+                Err(e) => {
+                    tracing::warn!("ferrolock: sentinel: master {}:{} not usable: {e}", addr.0, addr.1);
+                    tried.push(addr); // a stale sentinel's answer: ask the next one
+                }
             }
         };
         let channels: Vec<Vec<u8>> = lock(&self.channels).iter().cloned().collect();
@@ -343,9 +364,15 @@ impl SentinelConn {
     }
 }
 
-/// The master's address, from the first sentinel that knows it.
-async fn discover(cfg: &SentinelConfig, opts: &ClientOptions) -> Result<(String, u16)> {
+/// The master's address, from the first sentinel that knows it and names an address not in
+/// `skip` (addresses found unusable: a sentinel may name a master that is gone).
+async fn discover(
+    cfg: &SentinelConfig,
+    opts: &ClientOptions,
+    skip: &[(String, u16)],
+) -> Result<(String, u16)> {
     let mut unknown = 0;
+    let mut skipped = 0;
     let mut last_err = None;
     for sentinel in &cfg.sentinel_clients {
         let client = &sentinel.client;
@@ -361,7 +388,8 @@ async fn discover(cfg: &SentinelConfig, opts: &ClientOptions) -> Result<(String,
                 .await
         };
         match tokio::time::timeout(opts.connect_timeout + opts.response_timeout, ask).await {
-            Ok(Ok(Some(addr))) => return Ok(addr),
+            Ok(Ok(Some(addr))) if !skip.contains(&addr) => return Ok(addr),
+            Ok(Ok(Some(_))) => skipped += 1,
             Ok(Ok(None)) => unknown += 1,
             Ok(Err(e)) => {
                 // Named, with a hint when TLS meets a plain-text port or the reverse.
@@ -377,7 +405,7 @@ async fn discover(cfg: &SentinelConfig, opts: &ClientOptions) -> Result<(String,
             Err(_) => {}
         }
     }
-    if unknown > 0 && last_err.is_none() {
+    if unknown > 0 && skipped == 0 && last_err.is_none() {
         return Err(Error::new(
             ErrorKind::InvalidConfig,
             format!("no sentinel knows a master named {:?}", cfg.master),

@@ -304,3 +304,23 @@ async fn password_protected_sentinels() {
         }
     }
 }
+
+// A sentinel with a stale view (it still names a master that is gone) does not stop the client:
+// the next sentinel's master is used, at connect and when the client asks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_naming_a_dead_master_is_passed_over() {
+    let master = RedisServer::start();
+    let mut gone = RedisServer::start();
+    let stale = RedisServer::start_sentinel(&gone, NAME, 1);
+    let good = RedisServer::start_sentinel(&master, NAME, 1);
+    gone.kill9();
+    let url = format!("redis+sentinel://127.0.0.1:{},127.0.0.1:{}/{NAME}", stale.port(), good.port());
+    let client = Client::connect(&url, opts()).await.expect("the second sentinel names a live master");
+    assert_eq!(client.sentinel_master(), Some(format!("127.0.0.1:{}", master.port())));
+    let g = client.lock("stale", LockOptions::lease(Duration::from_secs(5))).unwrap().try_acquire().await;
+    g.unwrap().expect("free").release().await.unwrap();
+    // Control: with the stale sentinel alone, connecting fails (it names nothing usable).
+    let alone = format!("redis+sentinel://127.0.0.1:{}/{NAME}", stale.port());
+    let e = Client::connect(&alone, opts()).await.unwrap_err();
+    assert!(e.kind().is_transient(), "{e}");
+}
