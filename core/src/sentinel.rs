@@ -354,11 +354,18 @@ impl SentinelConn {
             }
         };
         let channels: Vec<Vec<u8>> = lock(&self.channels).iter().cloned().collect();
-        for ch in channels {
-            let _ = manager.clone().subscribe(&ch).await;
+        for ch in &channels {
+            let _ = manager.clone().subscribe(ch).await;
         }
         tracing::info!("ferrolock: sentinel: master {} is now {}:{}", self.cfg.master, addr.0, addr.1);
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Current { manager, addr };
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Current { manager: manager.clone(), addr };
+        // A channel subscribed meanwhile went to the old master: subscribe it here too, before
+        // the waiters are told to try again.
+        let late: Vec<Vec<u8>> =
+            lock(&self.channels).iter().filter(|c| !channels.contains(c)).cloned().collect();
+        for ch in late {
+            let _ = manager.clone().subscribe(&ch).await;
+        }
         // Waiters try again on the new master (and re-read the holder's lease there).
         notifier.on_push(PushInfo { kind: PushKind::Disconnection, data: Vec::new() });
     }
