@@ -291,11 +291,18 @@ impl NativeGuard {
         wait(py, async move { g.release().await })
     }
 
-    /// Awaitable `release`; cancelling the awaitable does not stop the release (the core
-    /// finishes a dropped release in the background).
+    /// Awaitable `release`; cancelling the awaitable does not stop the release. It runs as a
+    /// task of its own: cancelling aborts only the task that awaits it (an abort that came
+    /// before the release was first polled used to drop it unstarted, leaving the hold renewed).
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let g = self.inner.get(py)?.clone();
-        future(py, async move { g.release().await }, |py, ()| Ok(py.None()))
+        let task = crate::runtime::runtime(py)?.spawn(async move { g.release().await });
+        let done = async move {
+            task.await.unwrap_or_else(|_| {
+                Err(ferrolock::Error::new(ferrolock::ErrorKind::Internal, "the release task failed"))
+            })
+        };
+        future(py, done, |py, ()| Ok(py.None()))
     }
 
     /// Extend the lease to `ttl` from now (owner-checked).

@@ -169,6 +169,35 @@ def test_a_cancelled_release_still_releases(redis: RedisServer, name: str) -> No
     run(redis, body)
 
 
+def test_a_release_cancelled_before_it_started_still_releases(redis: RedisServer, name: str) -> None:
+    # The cancel lands before the runtime first polls the release: it used to abort the release
+    # unstarted, leaving the hold taken and renewed by the watchdog for as long as it lived.
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name)  # watchdog-renewed
+        for _ in range(200):  # the window is a few microseconds wide: 14-56 % of tries hit it
+            ready = asyncio.Event()
+            box: List[Any] = []
+
+            async def worker() -> None:
+                held = await lock.acquire()
+                box.append(held)
+                ready.set()
+                await held.release()  # no await before it: the cancel comes at this one
+
+            task = asyncio.create_task(worker())
+            await ready.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            deadline = time.monotonic() + 3
+            while await client.inspect(name) is not None and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert await client.inspect(name) is None, "a cancelled release left the lock taken"
+            assert box[0].state == "released"
+
+    run(redis, body)
+
+
 def test_cancelled_acquire_leaves_nothing(redis: RedisServer, name: str) -> None:
     async def body(client: ferrolock.AsyncClient) -> None:
         holder = await client.lock(name, ttl=5).acquire()
