@@ -60,7 +60,7 @@ echo "test-c: AddressSanitizer + UBSan (static library)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   "$run" "$out/test-asan"
 echo "test-c: valgrind memcheck (static library)"
-"$run" valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+FERROLOCK_TEST_NO_FORK=1 "$run" valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
   --show-leak-kinds=definite,indirect "$out/test-static"
 echo "test-c: shared library"
 "$run" "$out/test-shared"

@@ -5,6 +5,11 @@
 //! with `FERROLOCK_RESULT_CLOSED` instead of undefined behaviour, and a handle freed while another
 //! thread is inside a call on it stays alive until that call returns. Ids come from one counter
 //! for every type and are never reused, so a handle of one type is never found in another table.
+//!
+//! Handles belong to the process that made them. After `fork()` the child's calls on a handle
+//! made in the parent get `FERROLOCK_RESULT_CLOSED` (its connections, watchdog and runtime are
+//! the parent's: used from the child they would steal the parent's replies and release its
+//! locks), and freeing it there leaves it in the table, untouched: none of its cleanup runs.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +23,8 @@ static NEXT_ID: AtomicUsize = AtomicUsize::new(0x1_0000);
 /// The live objects of one handle type.
 pub(crate) struct Table<T> {
     what: &'static str,
-    map: Mutex<BTreeMap<usize, Arc<T>>>,
+    /// id → (the process that made it, the object).
+    map: Mutex<BTreeMap<usize, (u32, Arc<T>)>>,
 }
 
 impl<T> Table<T> {
@@ -26,14 +32,14 @@ impl<T> Table<T> {
         Table { what, map: Mutex::new(BTreeMap::new()) }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Arc<T>>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, (u32, Arc<T>)>> {
         self.map.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Store `value` and return its handle.
     pub(crate) fn insert<H>(&self, value: T) -> *mut H {
         let id = NEXT_ID.fetch_add(16, Ordering::Relaxed);
-        self.map().insert(id, Arc::new(value));
+        self.map().insert(id, (ferrolock::driver::process_id(), Arc::new(value)));
         std::ptr::without_provenance_mut(id)
     }
 
@@ -42,12 +48,20 @@ impl<T> Table<T> {
         if handle.is_null() {
             return Err(Error::new(ErrorKind::NullArgument, format!("the {} handle is NULL", self.what)));
         }
-        self.map().get(&handle.addr()).cloned().ok_or_else(|| {
-            Error::new(
+        match self.map().get(&handle.addr()) {
+            Some((pid, value)) if *pid == ferrolock::driver::process_id() => Ok(value.clone()),
+            Some(_) => Err(Error::new(
+                ErrorKind::Closed,
+                format!(
+                    "the {} handle was made by the parent process before fork(): make new handles in the child",
+                    self.what
+                ),
+            )),
+            None => Err(Error::new(
                 ErrorKind::Closed,
                 format!("the {} handle was freed or is not a {0} handle", self.what),
-            )
-        })
+            )),
+        }
     }
 
     /// Forget `handle` (no-op for NULL or an unknown handle). The object is dropped when the last
@@ -56,7 +70,12 @@ impl<T> Table<T> {
         if handle.is_null() {
             return;
         }
-        let removed = self.map().remove(&handle.addr());
+        let mut map = self.map();
+        if map.get(&handle.addr()).is_some_and(|(pid, _)| *pid != ferrolock::driver::process_id()) {
+            return; // the parent's object: its cleanup would act on the parent's connections
+        }
+        let removed = map.remove(&handle.addr());
+        drop(map);
         drop(removed);
     }
 }

@@ -18,8 +18,7 @@
 
 use std::future::Future;
 use std::mem::ManuallyDrop;
-use std::sync::Once;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrolock::driver::Driver;
@@ -56,47 +55,10 @@ impl std::ops::Deref for ProcessRuntime {
 
 static RUNTIME: AtomicPtr<ProcessRuntime> = AtomicPtr::new(std::ptr::null_mut());
 
-/// This process's id, cached: every call checks it (the runtime and each object belong to the
-/// process that made them), and `std::process::id()` is a `getpid` system call each time
-/// (three per lock call before this cache). 0 = not read yet in this process.
-static PID: AtomicU32 = AtomicU32::new(0);
-
-unsafe extern "C" {
-    /// glibc and musl: `child` runs in the child of every `fork()`, from Python or from C.
-    fn pthread_atfork(
-        prepare: Option<unsafe extern "C" fn()>,
-        parent: Option<unsafe extern "C" fn()>,
-        child: Option<unsafe extern "C" fn()>,
-    ) -> std::ffi::c_int;
-}
-
-/// In a forked child: forget the parent's id (an atomic store: async-signal-safe).
-unsafe extern "C" fn forget_pid_in_child() {
-    PID.store(0, Ordering::Relaxed);
-}
-
-/// This process's id, without a system call once known. The fork handler is registered before
-/// the first id is cached, so a child never sees its parent's.
+/// This process's id (cached by the core, right in a forked child): every call checks it, since
+/// the runtime and each object belong to the process that made them.
 pub fn pid() -> u32 {
-    static HANDLER: Once = Once::new();
-    HANDLER.call_once(|| {
-        // SAFETY: registers a handler that only stores to an atomic; the module is never
-        // unloaded while the process runs.
-        let rc = unsafe { pthread_atfork(None, None, Some(forget_pid_in_child)) };
-        if rc != 0 {
-            // Without the handler the cache would be wrong after fork(): keep reading.
-            PID.store(u32::MAX, Ordering::Relaxed);
-        }
-    });
-    match PID.load(Ordering::Relaxed) {
-        u32::MAX => std::process::id(),
-        0 => {
-            let p = std::process::id();
-            PID.store(p, Ordering::Relaxed);
-            p
-        }
-        p => p,
-    }
+    ferrolock::driver::process_id()
 }
 
 /// This process's runtime, built on first use (and again in a forked child).

@@ -6,10 +6,15 @@
 //! like the async API; between calls a background thread drives it (see [`crate::driver`]).
 //! Calls made from inside another tokio runtime are spawned and waited for instead, and do not
 //! panic.
+//!
+//! After `fork()` the child gets a driver of its own on first use (the parent's threads do not
+//! exist there; the inherited driver is leaked, never driven). Objects made in the parent are not
+//! usable in the child: bindings that can be forked (the C API) refuse them there.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
 use crate::driver::Driver;
@@ -19,13 +24,34 @@ use crate::options::{ClientOptions, LockOptions};
 
 pub use crate::client::LockInfo;
 
-static DRIVER: OnceLock<&'static Driver> = OnceLock::new();
+/// The driver of the process that built it.
+struct ProcessDriver {
+    pid: u32,
+    driver: &'static Driver,
+    /// The parent's, in a forked child: kept reachable (leak checkers), never used.
+    _inherited: *const ProcessDriver,
+}
+
+static DRIVER: AtomicPtr<ProcessDriver> = AtomicPtr::new(std::ptr::null_mut());
 
 fn driver() -> &'static Driver {
-    DRIVER.get_or_init(|| {
-        Driver::start("ferrolock")
-            .unwrap_or_else(|e| panic!("ferrolock: cannot start the blocking runtime: {e}"))
-    })
+    let pid = crate::driver::process_id();
+    let cur = DRIVER.load(Ordering::Acquire);
+    // SAFETY: pointers stored in DRIVER come from Box::leak and are never freed.
+    if let Some(p) = unsafe { cur.as_ref() }
+        && p.pid == pid
+    {
+        return p.driver;
+    }
+    let driver = Driver::start("ferrolock")
+        .unwrap_or_else(|e| panic!("ferrolock: cannot start the blocking runtime: {e}"));
+    let new: *mut ProcessDriver = Box::leak(Box::new(ProcessDriver { pid, driver, _inherited: cur }));
+    match DRIVER.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => driver,
+        // Another thread built one first: use it (ours stays unused; rare and bounded).
+        // SAFETY: as above.
+        Err(other) => unsafe { other.as_ref() }.filter(|p| p.pid == pid).map_or(driver, |p| p.driver),
+    }
 }
 
 /// The facade's runtime (built on first use). Tasks spawned onto it are driven by the

@@ -18,8 +18,57 @@
 //! which cost the Node addon's W1 loop 5 % of its pairs: bench/FINDINGS.md, "Run 2026-11-26-d").
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+/// This process's id, cached (0: not read yet in this process; `u32::MAX`: no fork handler,
+/// read it every time). `std::process::id()` is a `getpid` system call each time, and every
+/// call of a binding that can be forked checks it (its objects belong to the process that made
+/// them).
+static PID: AtomicU32 = AtomicU32::new(0);
+
+#[cfg(unix)]
+unsafe extern "C" {
+    /// glibc and musl: `child` runs in the child of every `fork()`, whoever calls it.
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> std::ffi::c_int;
+}
+
+/// In a forked child: forget the parent's id (an atomic store: async-signal-safe).
+#[cfg(unix)]
+unsafe extern "C" fn forget_pid_in_child() {
+    PID.store(0, Ordering::Relaxed);
+}
+
+/// This process's id, without a system call once known; right in a forked child too (the fork
+/// handler is registered before the first id is cached).
+pub fn process_id() -> u32 {
+    static HANDLER: std::sync::Once = std::sync::Once::new();
+    HANDLER.call_once(|| {
+        #[cfg(unix)]
+        // SAFETY: registers a handler that only stores to an atomic; this code is never
+        // unloaded while the process runs.
+        let ok = unsafe { pthread_atfork(None, None, Some(forget_pid_in_child)) } == 0;
+        #[cfg(not(unix))]
+        let ok = false;
+        if !ok {
+            PID.store(u32::MAX, Ordering::Relaxed); // without the handler: read it each time
+        }
+    });
+    match PID.load(Ordering::Relaxed) {
+        u32::MAX => std::process::id(),
+        0 => {
+            let p = std::process::id();
+            PID.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
 
 /// How long the background thread stays off the runtime after a drive started, at first.
 pub const IDLE: Duration = Duration::from_millis(1);
