@@ -142,7 +142,8 @@ function acquireOptions(options) {
 /**
  * Acquire, waiting at most `wait` ms (omitted/null: without bound); rejects with
  * ACQUIRE_TIMEOUT when the wait elapses and CANCELLED when `signal` aborts. A cancelled acquire
- * leaves no hold behind (the core undoes any grant in flight).
+ * leaves no hold behind (the core undoes any grant in flight; a grant that arrives after the
+ * abort is released here, as Go releases one that races with the end of its ctx).
  */
 Lock.prototype.acquire = async function acquire(options) {
   const { wait, signal } = acquireOptions(options);
@@ -151,7 +152,14 @@ Lock.prototype.acquire = async function acquire(options) {
   const onAbort = () => native._cancel(token);
   signal?.addEventListener('abort', onAbort, { once: true });
   try {
-    return await this._acquire(wait, token);
+    const held = await this._acquire(wait, token);
+    if (signal?.aborted) {
+      // The abort came first (the grant was already on its way): the caller gave up, so hand
+      // the grant back instead of resolving with a hold it no longer expects.
+      await held.release().catch(() => {});
+      throw makeError(CANCELLED, 'the acquire was aborted', signal.reason);
+    }
+    return held;
   } catch (e) {
     const err = normalize(e);
     if (err.code === CANCELLED && signal?.aborted && err.cause === undefined) err.cause = signal.reason;

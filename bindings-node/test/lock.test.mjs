@@ -278,6 +278,38 @@ describe('cancellation', () => {
     await h.release();
   });
 
+  test('an abort before the grant is seen rejects with CANCELLED, also when the grant raced it', async () => {
+    // The waiter's signal aborts right after the holder's release reply: the waiter's grant may
+    // be on its way or already made in the core, its promise not yet settled. Such an acquire
+    // used to resolve with a hold the caller had given up on; now the grant is given back and
+    // the acquire rejects. (A promise that settled before the abort keeps its hold.)
+    const name = fresh('abort-race');
+    let raced = 0;
+    for (let i = 0; i < 200; i++) {
+      const holder = await client.lock(name).acquire();
+      const ac = new AbortController();
+      let settled = false;
+      const p = client.lock(name).acquire({ signal: ac.signal }).then(
+        (h) => { settled = true; return { h }; },
+        (e) => { settled = true; return { e }; },
+      );
+      await sleep(2);
+      await holder.release();
+      // Let a grant that JS has already seen finish settling (microtasks only: no I/O runs).
+      for (let k = 0; k < 10; k++) await null;
+      const early = settled;
+      ac.abort(new Error('stop'));
+      const r = await p;
+      if (r.h) await r.h.release();
+      if (!early) {
+        raced += 1;
+        assert.equal(r.e?.code, 'CANCELLED', `round ${i}: resolved with a hold after the abort`);
+      }
+    }
+    assert.ok(raced > 0, 'no round aborted before its acquire settled');
+    assert.equal(await client.inspect(name), null, 'a hold was left behind');
+  });
+
   test('an already aborted signal and AbortSignal.timeout', async () => {
     const name = fresh('cancel2');
     const holder = await client.lock(name, { ttl: 5000 }).acquire();
