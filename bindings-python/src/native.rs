@@ -21,7 +21,7 @@ async fn connect_core(url: String, opts: ClientOptions) -> ferrolock::Result<Cli
 pub fn connect(py: Python<'_>, url: String, options: Option<&Bound<'_, PyDict>>) -> PyResult<NativeClient> {
     let opts = convert::client_options(options)?;
     let client = wait(py, connect_core(url, opts))?;
-    Ok(NativeClient { inner: ProcessLocal::new(client) })
+    Ok(NativeClient::new(client))
 }
 
 /// Connect to one Redis server; returns an awaitable.
@@ -33,9 +33,7 @@ pub fn connect_async<'py>(
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = convert::client_options(options)?;
-    future(py, connect_core(url, opts), |py, client| {
-        Ok(Py::new(py, NativeClient { inner: ProcessLocal::new(client) })?.into_any())
-    })
+    future(py, connect_core(url, opts), |py, client| Ok(Py::new(py, NativeClient::new(client))?.into_any()))
 }
 
 async fn connect_redlock_core(urls: Vec<String>, opts: ClientOptions) -> ferrolock::Result<Client> {
@@ -61,7 +59,7 @@ pub fn connect_redlock(
 ) -> PyResult<NativeClient> {
     let (urls, opts) = (urls_of(urls)?, convert::client_options(options)?);
     let client = wait(py, connect_redlock_core(urls, opts))?;
-    Ok(NativeClient { inner: ProcessLocal::new(client) })
+    Ok(NativeClient::new(client))
 }
 
 /// Connect to N independent masters for Redlock; returns an awaitable.
@@ -74,7 +72,7 @@ pub fn connect_redlock_async<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let (urls, opts) = (urls_of(urls)?, convert::client_options(options)?);
     future(py, connect_redlock_core(urls, opts), |py, client| {
-        Ok(Py::new(py, NativeClient { inner: ProcessLocal::new(client) })?.into_any())
+        Ok(Py::new(py, NativeClient::new(client))?.into_any())
     })
 }
 
@@ -82,7 +80,20 @@ pub fn connect_redlock_async<'py>(
 #[derive(Debug)]
 #[pyclass(frozen, module = "ferrolock._ferrolock")]
 pub struct NativeClient {
-    inner: ProcessLocal<Client>,
+    /// `None` once closed.
+    inner: ProcessLocal<std::sync::Mutex<Option<Client>>>,
+}
+
+impl NativeClient {
+    fn new(client: Client) -> Self {
+        NativeClient { inner: ProcessLocal::new(std::sync::Mutex::new(Some(client))) }
+    }
+
+    /// The core client, unless this one was closed (or made before `fork()` by the parent).
+    fn client(&self, py: Python<'_>) -> PyResult<Client> {
+        let c = self.inner.get(py)?.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        c.ok_or_else(|| errors::closed(py, "the client was closed"))
+    }
 }
 
 fn info_to_py(py: Python<'_>, info: Option<LockInfo>) -> PyResult<Py<PyAny>> {
@@ -108,25 +119,25 @@ impl NativeClient {
         let mut opts = LockOptions::default().with_fair(fair);
         opts.ttl = convert::opt_duration(ttl, "ttl")?;
         opts.renew = renew;
-        let lock = self.inner.get(py)?.lock(name, opts).map_err(|e| errors::to_py(py, e))?;
+        let lock = self.client(py)?.lock(name, opts).map_err(|e| errors::to_py(py, e))?;
         Ok(NativeLock { inner: ProcessLocal::new(lock) })
     }
 
     /// Who holds `name`, if anyone.
     fn inspect(&self, py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<Option<NativeLockInfo>> {
-        let (c, n) = (self.inner.get(py)?.clone(), convert::name(name)?);
+        let (c, n) = (self.client(py)?, convert::name(name)?);
         Ok(wait(py, async move { c.inspect(n).await })?.map(NativeLockInfo::from))
     }
 
     /// Awaitable `inspect`.
     fn inspect_async<'py>(&self, py: Python<'py>, name: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let (c, n) = (self.inner.get(py)?.clone(), convert::name(name)?);
+        let (c, n) = (self.client(py)?, convert::name(name)?);
         future(py, async move { c.inspect(n).await }, info_to_py)
     }
 
     /// Delete whatever hold `name` has (administrative); returns what was removed.
     fn force_unlock(&self, py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<Option<NativeLockInfo>> {
-        let (c, n) = (self.inner.get(py)?.clone(), convert::name(name)?);
+        let (c, n) = (self.client(py)?, convert::name(name)?);
         Ok(wait(py, async move { c.force_unlock(n).await })?.map(NativeLockInfo::from))
     }
 
@@ -136,20 +147,30 @@ impl NativeClient {
         py: Python<'py>,
         name: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (c, n) = (self.inner.get(py)?.clone(), convert::name(name)?);
+        let (c, n) = (self.client(py)?, convert::name(name)?);
         future(py, async move { c.force_unlock(n).await }, info_to_py)
     }
 
     /// Whether this client locks by quorum over several masters (Redlock).
     #[getter]
     fn is_redlock(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.inner.get(py)?.is_redlock())
+        Ok(self.client(py)?.is_redlock())
+    }
+
+    /// Let go of this client's connections: later calls on it raise `ClosedError`. Locks and
+    /// holds already made keep working (they share the connections) until released or
+    /// collected. Closing twice is fine.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.inner.get(py)?.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(taken));
+        Ok(())
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        match self.inner.get(py) {
+        match self.inner.get(py).map(|m| m.lock().unwrap_or_else(|p| p.into_inner()).clone()) {
             // The core's Debug shows host, port and db only: never credentials.
-            Ok(c) => format!("<ferrolock {c:?}>"),
+            Ok(Some(c)) => format!("<ferrolock {c:?}>"),
+            Ok(None) => "<ferrolock Client (closed)>".to_owned(),
             Err(_) => "<ferrolock Client (inherited across fork)>".to_owned(),
         }
     }

@@ -11,6 +11,8 @@ from ._ferrolock import LockInfo, NativeClient
 from ._locks import AsyncLock, Duration, Lock, Name
 
 F = TypeVar("F", bound=Callable[..., Any])
+_C = TypeVar("_C", bound="Client")
+_A = TypeVar("_A", bound="AsyncClient")
 
 
 def _decorator(
@@ -114,6 +116,18 @@ class Client:
         """Whether locks are taken by quorum over several masters (``Redlock``)."""
         return self._native.is_redlock
 
+    def close(self) -> None:
+        """Let go of this client's connections: later calls on it raise ``ClosedError``. Locks
+        and holds already made keep working until they are released or collected. Idempotent;
+        ``with Client.connect(url) as client:`` closes at the end of the block."""
+        self._native.close()
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return repr(self._native)
 
@@ -193,6 +207,17 @@ class AsyncClient:
     def is_redlock(self) -> bool:
         """Whether locks are taken by quorum over several masters (``AsyncRedlock``)."""
         return self._native.is_redlock
+
+    def close(self) -> None:
+        """As ``Client.close`` (does not block); ``async with await AsyncClient.connect(url) as
+        client:`` closes at the end of the block."""
+        self._native.close()
+
+    async def __aenter__(self: _A) -> _A:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return repr(self._native).replace("<ferrolock ", "<ferrolock Async", 1)
