@@ -94,6 +94,7 @@ func TestBadInputMatrix(t *testing.T) {
 		{"Connect(rediss://, unreadable CA file)", ferrolock.ErrInvalidConfig, connectWith("rediss://localhost:1", &ferrolock.ClientOptions{TLSCAFile: "/nonexistent/ca.crt"})},
 		{"Connect(rediss://, certificate without key)", ferrolock.ErrInvalidConfig, connectWith("rediss://localhost:1", &ferrolock.ClientOptions{TLSCertFile: "client.crt"})},
 		{"Connect(prefix with '{')", ferrolock.ErrInvalidConfig, connectWith(url, &ferrolock.ClientOptions{Prefix: "a{b"})},
+		{"Connect(NoPrefix with a prefix)", ferrolock.ErrInvalidConfig, connectWith(url, &ferrolock.ClientOptions{Prefix: "p:", NoPrefix: true})},
 		{"Connect(ResponseTimeout negative)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{ResponseTimeout: -time.Second})},
 		{"Connect(ConnectTimeout negative)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{ConnectTimeout: -1})},
 		{"Connect(MaxNameLen negative)", ferrolock.ErrInvalidConfig, connectWith(url, &ferrolock.ClientOptions{MaxNameLen: -1})},

@@ -21,7 +21,8 @@ type ClientOptions struct {
 	WatchdogTTL     time.Duration // lease of locks made without a TTL (renewed); 0: 30 s
 	MaxNameLen      int           // longest lock name in bytes; 0: 64 KiB
 	MaxReentrancy   uint32        // deepest re-entry through one Lock; 0: 1024
-	Prefix          string        // key prefix; "": "ferrolock:"
+	Prefix          string        // key prefix; "": "ferrolock:" (unless NoPrefix)
+	NoPrefix        bool          // keys without a prefix (Prefix must be ""), as prefix "" elsewhere
 
 	// rediss:// only (the server's chain and host name are always verified):
 	TLSCAFile   string // PEM CA certificates to trust instead of the system store
@@ -86,6 +87,9 @@ func connect(ctx context.Context, urls []string, opts *ClientOptions, redlock bo
 		if opts.MaxNameLen < 0 || opts.RedlockQuorum < 0 {
 			return nil, &Error{Code: ErrInvalidConfig, Message: "INVALID_CONFIG: MaxNameLen and RedlockQuorum must not be negative"}
 		}
+		if opts.NoPrefix && opts.Prefix != "" {
+			return nil, &Error{Code: ErrInvalidConfig, Message: "INVALID_CONFIG: NoPrefix with a non-empty Prefix"}
+		}
 		o.connect_timeout_ms = millis(opts.ConnectTimeout)
 		o.response_timeout_ms = millis(opts.ResponseTimeout)
 		o.watchdog_ttl_ms = millis(opts.WatchdogTTL)
@@ -109,7 +113,8 @@ func connect(ctx context.Context, urls []string, opts *ClientOptions, redlock bo
 			defer C.free(unsafe.Pointer(ptrs[i]))
 		}
 		oc := o
-		if opts != nil && opts.Prefix != "" {
+		if opts != nil && (opts.Prefix != "" || opts.NoPrefix) {
+			// NoPrefix: a non-NULL pointer with length 0 (NULL means the default prefix).
 			oc.prefix = C.CString(opts.Prefix)
 			oc.prefix_len = C.size_t(len(opts.Prefix))
 			defer C.free(unsafe.Pointer(oc.prefix))

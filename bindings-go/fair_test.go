@@ -93,3 +93,18 @@ func TestFairModeServesInArrivalOrder(t *testing.T) {
 	}
 	l.Close()
 }
+
+// NoPrefix gives the keys other languages get with an empty prefix ("{name}"), which Prefix ""
+// cannot ask for (it means the default): a Go client then contends with theirs.
+func TestNoPrefixUsesBareKeys(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, &ferrolock.ClientOptions{NoPrefix: true})
+	h := acquire(t, newLock(t, c, "bare", lease(5*time.Second)), time.Second)
+	if n := inlineInt(t, url, "EXISTS {bare}"); n != 1 {
+		t.Fatalf("EXISTS {bare} = %d: the hold is not under the bare key", n)
+	}
+	if n := inlineInt(t, url, "EXISTS ferrolock:{bare}"); n != 0 {
+		t.Fatalf("the default prefix was used")
+	}
+	release(t, h)
+}
