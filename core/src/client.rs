@@ -438,11 +438,11 @@ impl Client {
             Backend::Single { conn, .. } => conn,
             Backend::Quorum(q) => return q.force_unlock(&keys, self).await,
         };
+        // With the fair keys: waiters queued in fair mode get the lock in order, as from a release.
         let mut script = scripts::FORCE_UNLOCK.key(&keys.hold);
-        script.arg(&keys.channel);
-        if conn.sharded() {
-            script.arg("sharded");
-        }
+        script.key(&keys.fence).key(&keys.queue).key(&keys.waiters);
+        script.arg(&keys.channel).arg(if conn.sharded() { "sharded" } else { "" });
+        script.arg(crate::timing::millis(self.inner.opts.fence_retention));
         let v: Value = script.invoke_async(&mut conn.clone()).await.map_err(|e| self.error(&e))?;
         let items = as_array(&v)?;
         if int_at(items, 0)? == 0 {

@@ -350,3 +350,41 @@ async fn waiters_behind_a_dead_grantee_try_when_its_lease_ends() {
     let got = w.await.unwrap().expect("the live waiter was not granted within its wait");
     got.release().await.unwrap();
 }
+
+// An administrator's force-unlock hands the lock on like a release: the queued waiters get it in
+// arrival order (it used to wake them all to race for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_unlock_keeps_the_queue_order() {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let holder = connect(&server).await.lock("forced", opts(true)).unwrap();
+    let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let lock = connect(&server).await.lock("forced", opts(true)).unwrap();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = lock.acquire(Some(Duration::from_secs(20))).await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            g.release().await.unwrap();
+        }));
+        until_queued(&mut data, "forced", i + 1).await;
+    }
+    // The message the force-unlock publishes: a hand-over to the oldest waiter ("G:..."), not
+    // the plain release message that wakes every waiter to race.
+    let mut sub = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+    let mut sub = sub.as_pubsub();
+    sub.subscribe("ferrolock:{forced}:released").unwrap();
+    let removed = connect(&server).await.force_unlock("forced").await.unwrap();
+    assert_eq!(removed.map(|r| r.fence), Some(g.fence()));
+    let message: Vec<u8> = sub.get_message().unwrap().get_payload().unwrap();
+    assert!(message.starts_with(b"G:"), "{}", String::from_utf8_lossy(&message));
+    drop(sub);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>(), "the queue order was not kept");
+    assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
+}
