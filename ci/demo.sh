@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
-echo "building the Rust demo (release)..." >&2
-cargo build --release --quiet -p ferrolock-examples
+echo "building the Rust demo (release; a first build takes several minutes)..." >&2
+cargo build --release -p ferrolock-examples
 args=()
 for f in ci/demo.d/*.sh; do
   [ -e "$f" ] || continue

@@ -4,10 +4,15 @@
 //!
 //! `demo [--iterations N] [--per-worker-kind K] [--worker "CMD"]...` — Rust workers are built in;
 //! each `--worker` adds K workers running `CMD` (see examples/README.md for the protocol).
+//!
+//! Ctrl-C or SIGTERM stops every worker (each runs in a process group of its own, and dies with
+//! the demo even if the demo is killed outright) and removes the throwaway server's directory.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 
 use ferrolock_examples::Resource;
 use ferrolock_testkit::RedisServer;
@@ -41,7 +46,35 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// Block SIGINT and SIGTERM in this thread (and so in every thread started after it: call first),
+/// and take them on a thread of their own: it sets `stop` and ends the workers' process groups, so
+/// that `main` returns from its waits and cleans up. Children start with an empty signal mask
+/// (std resets it before exec).
+fn on_interrupt(workers: Arc<Mutex<Vec<i32>>>, stop: Arc<AtomicBool>) {
+    // SAFETY: plain libc calls on a local, initialised signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        std::thread::spawn(move || {
+            let mut sig = 0;
+            if libc::sigwait(&set, &mut sig) == 0 {
+                stop.store(true, Ordering::SeqCst);
+                eprintln!("\ndemo: interrupted; stopping the workers");
+                for &pgid in workers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    libc::kill(-pgid, libc::SIGTERM);
+                }
+            }
+        });
+    }
+}
+
 fn main() {
+    let workers: Arc<Mutex<Vec<i32>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    on_interrupt(workers.clone(), stop.clone());
     let mut iterations = 100u64;
     let mut per_kind = 2usize;
     let mut kinds: Vec<String> = Vec::new();
@@ -90,15 +123,29 @@ fn main() {
                 server.url(),
                 resource.addr
             );
-            let mut child = Command::new("sh")
-                .args(["-c", &full])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap_or_else(|e| {
-                    eprintln!("demo: cannot start {cmd}: {e}");
-                    std::process::exit(2)
+            let mut command = Command::new("sh");
+            command.args(["-c", &full]).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
+            // SAFETY: prctl only, between fork and exec. The setting survives the exec of the
+            // worker (sh -c execs its one command): the worker dies with the demo, whatever
+            // ends the demo.
+            #[cfg(target_os = "linux")]
+            unsafe {
+                command.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    Ok(())
                 });
+            }
+            let guard = workers.lock().unwrap_or_else(|p| p.into_inner());
+            if stop.load(Ordering::SeqCst) {
+                break; // interrupted while starting: the signal thread has already run
+            }
+            let mut child = command.spawn().unwrap_or_else(|e| {
+                eprintln!("demo: cannot start {cmd}: {e}");
+                std::process::exit(2)
+            });
+            let mut guard = guard;
+            guard.push(child.id() as i32);
+            drop(guard);
             let out = child.stdout.take();
             let tx = tx.clone();
             std::thread::spawn(move || {
@@ -117,6 +164,11 @@ fn main() {
             Ok(s) => failed.push(format!("{id} ({cmd}) exited with {s}")),
             Err(e) => failed.push(format!("{id} ({cmd}): {e}")),
         }
+    }
+    if stop.load(Ordering::SeqCst) {
+        drop(server); // stops redis-server and removes its directory
+        eprintln!("demo: interrupted; every worker and the redis-server are stopped");
+        std::process::exit(130);
     }
     let mut records: Vec<Record> = Vec::new();
     let mut garbage = 0;
