@@ -11,7 +11,7 @@ cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test (core, testkit, cli, examples)"
-cargo test --workspace --quiet 2>&1 | tee /tmp/ferrolock-cargo-test.log
+cargo test --workspace --quiet
 for t in ci/test-*.sh; do
   [ -e "$t" ] || continue
   step "$t"

@@ -69,6 +69,11 @@ struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, global = true)]
     replica_acks_timeout: Option<Duration>,
 
+    /// Key prefix, as the applications' clients set it (an empty string for none). Default:
+    /// FERROLOCK_PREFIX if set, else "ferrolock:".
+    #[arg(long, value_name = "PREFIX", global = true, allow_hyphen_values = true)]
+    prefix: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -205,6 +210,7 @@ async fn run(cli: Cli, signals: Option<Signals>) -> Result<u8, Fail> {
         urls: server::urls(cli.redis)?,
         tls: server::tls(cli.cacert, cli.cert, cli.key)?,
         replica_acks,
+        prefix: cli.prefix.or_else(|| std::env::var("FERROLOCK_PREFIX").ok()),
     };
     match (cli.command, signals) {
         (Command::Exec(a), Some(signals)) => exec::run(&servers, a, signals).await,

@@ -31,6 +31,8 @@ pub struct Servers {
     pub tls: TlsOptions,
     /// `--replica-acks` / `--replica-acks-timeout`.
     pub replica_acks: Option<ferrolock::ReplicaAcks>,
+    /// `--prefix` / `FERROLOCK_PREFIX`; `None`: the library's default.
+    pub prefix: Option<String>,
 }
 
 /// The TLS options from `--cacert`, `--cert` and `--key` (read now, so a missing file is a usage
@@ -55,6 +57,9 @@ pub fn options(servers: &Servers) -> ClientOptions {
     let mut opts = ClientOptions::default();
     opts.tls = servers.tls.clone();
     opts.replica_acks = servers.replica_acks;
+    if let Some(p) = &servers.prefix {
+        opts.prefix.clone_from(p);
+    }
     opts
 }
 

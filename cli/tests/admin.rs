@@ -165,3 +165,30 @@ fn errors_never_show_the_password() {
         assert!(!stdout(&out).contains("sekret-pw") && !stderr(&out).contains("sekret-pw"));
     }
 }
+
+// --prefix (or FERROLOCK_PREFIX) names the keys the applications use, also no prefix at all, so
+// the CLI can take, inspect and remove their locks.
+#[test]
+fn a_prefix_reaches_the_applications_keys() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("prefix");
+    let ready = dir.path("ready");
+    let mut c = on(&server);
+    c.args(["--prefix", "", "exec", "--ttl", "6s", "bare", "--", "sh", "-c"])
+        .arg("touch \"$1\"; exec sleep 60")
+        .arg("sh")
+        .arg(&ready);
+    let holder = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "{bare}"]), 1, "the hold is not under the bare key");
+    assert!(!held(&server, "bare"), "the default prefix was used");
+    let out = output(on(&server).env("FERROLOCK_PREFIX", "").args(["status", "bare"]));
+    assert!(stdout(&out).contains("state: held"), "{}", stdout(&out));
+    let out = output(on(&server).args(["--prefix", "", "unlock", "--force", "bare"]));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "{bare}"]), 0);
+    let out = holder.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(76), "the holder did not see its loss: {}", stderr(&out));
+    let out = output(on(&server).args(["--prefix", "a{b", "status", "bare"]));
+    assert_eq!(code(&out), Some(2), "a bad prefix is a usage error: {}", stderr(&out));
+}
