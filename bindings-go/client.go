@@ -230,6 +230,39 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
 	}, nil)
 }
 
+// LockInfo is what Inspect reports about a held lock.
+type LockInfo struct {
+	Owner []byte        // the holder's owner token (32 hex digits for ferrolock's own)
+	Count uint32        // the holder's reentrancy depth
+	Fence uint64        // the hold's fencing token
+	TTL   time.Duration // server-side time to expiry; negative: the hold has no expiry
+}
+
+// Inspect reports who holds name (read-only; no Lock needed), or nil when it is free.
+func (c *Client) Inspect(ctx context.Context, name string) (*LockInfo, error) {
+	return withContext(ctx, func() (*LockInfo, error) {
+		p := c.load()
+		if p == nil {
+			return nil, closedError("client")
+		}
+		n, nlen := bytesArg(name)
+		var info C.ferrolock_lock_info
+		var cerr *C.ferrolock_error
+		rc := C.ferrolock_client_inspect(p, n, nlen, &info, &cerr)
+		runtime.KeepAlive(c)
+		runtime.KeepAlive(name)
+		if err := check(rc, cerr); err != nil || !bool(info.held) {
+			return nil, err
+		}
+		owner := C.GoBytes(unsafe.Pointer(&info.owner[0]), C.int(min(int(info.owner_len), len(info.owner))))
+		ttl := time.Duration(info.ttl_ms) * time.Millisecond
+		if info.ttl_ms < 0 {
+			ttl = -1
+		}
+		return &LockInfo{Owner: owner, Count: uint32(info.count), Fence: uint64(info.fence), TTL: ttl}, nil
+	}, nil)
+}
+
 // load and take treat a nil *Client as closed, so that its methods return ErrClosed (and Close
 // is a no-op) instead of panicking, e.g. after `c, err := Connect(…); defer c.Close()`.
 func (c *Client) load() *C.ferrolock_client {

@@ -108,3 +108,32 @@ func TestNoPrefixUsesBareKeys(t *testing.T) {
 	}
 	release(t, h)
 }
+
+// Inspect reports the holder's token, count, fence and lease; nil when free.
+func TestInspect(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	ctx := context.Background()
+	if info, err := c.Inspect(ctx, "seen"); err != nil || info != nil {
+		t.Fatalf("free lock: %+v, %v", info, err)
+	}
+	l := newLock(t, c, "seen", lease(5*time.Second))
+	h := acquire(t, l, time.Second)
+	h2 := acquire(t, l, time.Second)
+	info, err := c.Inspect(ctx, "seen")
+	if err != nil || info == nil {
+		t.Fatalf("held lock: %+v, %v", info, err)
+	}
+	if info.Count != 2 || info.Fence != h.Fence() || len(info.Owner) != 32 || info.TTL <= 0 || info.TTL > 5*time.Second {
+		t.Fatalf("unexpected %+v (fence %d)", info, h.Fence())
+	}
+	if _, err := c.Inspect(ctx, ""); !errors.Is(err, ferrolock.ErrInvalidName) {
+		t.Fatalf("empty name: %v", err)
+	}
+	release(t, h2)
+	release(t, h)
+	var nilClient *ferrolock.Client
+	if _, err := nilClient.Inspect(ctx, "seen"); !errors.Is(err, ferrolock.ErrClosed) {
+		t.Fatalf("nil client: %v", err)
+	}
+}

@@ -17,6 +17,11 @@
 #define FERROLOCK_PROTOCOL_VERSION 2
 
 /**
+ * The longest owner token a ferrolock_lock_info carries (ferrolock's own are 32 hex digits).
+ */
+#define FERROLOCK_OWNER_MAX 64
+
+/**
  * The outcome of a call: ::FERROLOCK_RESULT_OK (0) or one of the core's stable error codes,
  * grouped in ranges: 1xx argument, 2xx connection/timeout, 3xx lock state,
  * 4xx protocol/script, 5xx internal. A code never changes meaning once published.
@@ -271,6 +276,37 @@ typedef struct {
 } ferrolock_client_options;
 
 /**
+ * What ferrolock_client_inspect() reports about one lock.
+ */
+typedef struct {
+  /**
+   * Whether the lock is held; the other fields are zero when it is not.
+   */
+  bool held;
+  /**
+   * The holder's owner token (not NUL-terminated), its first `owner_len` bytes (at most
+   * FERROLOCK_OWNER_MAX; `owner_len` is the full length when the token is longer).
+   */
+  uint8_t owner[FERROLOCK_OWNER_MAX];
+  /**
+   * The owner token's length in bytes.
+   */
+  size_t owner_len;
+  /**
+   * The holder's reentrancy depth.
+   */
+  uint32_t count;
+  /**
+   * The hold's fencing token.
+   */
+  uint64_t fence;
+  /**
+   * Server-side time to expiry in ms; -1: the hold has no expiry.
+   */
+  int64_t ttl_ms;
+} ferrolock_lock_info;
+
+/**
  * Called once per ferrolock_guard_on_lost() registration, on a library thread (never the
  * thread that registered it):
  * - with `error` (code ::FERROLOCK_RESULT_LOST) when the hold is lost;
@@ -397,6 +433,20 @@ ferrolock_result ferrolock_client_is_redlock(const ferrolock_client *client,
  * from it stay usable (they keep the connection alive) until they are freed too.
  */
 void ferrolock_client_free(ferrolock_client *client);
+
+/**
+ * Who holds the lock `name`, read from the server (no lock handle needed; read-only).
+ *
+ * @param out_info receives the report (`held` false when the lock is free).
+ *
+ * # Safety
+ * Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".
+ */
+ferrolock_result ferrolock_client_inspect(const ferrolock_client *client,
+                                          const uint8_t *name,
+                                          size_t name_len,
+                                          ferrolock_lock_info *out_info,
+                                          ferrolock_error **out_error);
 
 /**
  * Administrative release: delete whatever hold the lock `name` has and wake its waiters. The

@@ -238,6 +238,71 @@ pub extern "C" fn ferrolock_client_free(client: *mut ferrolock_client) {
     catch((), || CLIENTS.remove(client))
 }
 
+/// The longest owner token a ferrolock_lock_info carries (ferrolock's own are 32 hex digits).
+pub const FERROLOCK_OWNER_MAX: usize = 64;
+
+/// What ferrolock_client_inspect() reports about one lock.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ferrolock_lock_info {
+    /// Whether the lock is held; the other fields are zero when it is not.
+    pub held: bool,
+    /// The holder's owner token (not NUL-terminated), its first `owner_len` bytes (at most
+    /// FERROLOCK_OWNER_MAX; `owner_len` is the full length when the token is longer).
+    pub owner: [u8; FERROLOCK_OWNER_MAX],
+    /// The owner token's length in bytes.
+    pub owner_len: usize,
+    /// The holder's reentrancy depth.
+    pub count: u32,
+    /// The hold's fencing token.
+    pub fence: u64,
+    /// Server-side time to expiry in ms; -1: the hold has no expiry.
+    pub ttl_ms: i64,
+}
+
+/// Who holds the lock `name`, read from the server (no lock handle needed; read-only).
+///
+/// @param out_info receives the report (`held` false when the lock is free).
+///
+/// # Safety
+/// Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_client_inspect(
+    client: *const ferrolock_client,
+    name: *const u8,
+    name_len: usize,
+    out_info: *mut ferrolock_lock_info,
+    out_error: *mut *mut ferrolock_error,
+) -> ferrolock_result {
+    // SAFETY: pointer contracts as documented.
+    unsafe {
+        call(out_error, || {
+            non_null(out_info, "out_info")?;
+            let c = CLIENTS.get(client)?;
+            let name = bytes(name, name_len, "name")?;
+            let mut out = ferrolock_lock_info {
+                held: false,
+                owner: [0; FERROLOCK_OWNER_MAX],
+                owner_len: 0,
+                count: 0,
+                fence: 0,
+                ttl_ms: 0,
+            };
+            if let Some(info) = c.inspect(name)? {
+                let n = info.owner.len().min(FERROLOCK_OWNER_MAX);
+                out.owner[..n].copy_from_slice(&info.owner[..n]);
+                out.held = true;
+                out.owner_len = info.owner.len();
+                out.count = info.count;
+                out.fence = info.fence;
+                out.ttl_ms = info.ttl.map_or(-1, |t| i64::try_from(t.as_millis()).unwrap_or(i64::MAX));
+            }
+            write(out_info, out);
+            Ok(())
+        })
+    }
+}
+
 /// Administrative release: delete whatever hold the lock `name` has and wake its waiters. The
 /// former holder finds out at its next renewal (its state becomes LOST).
 ///

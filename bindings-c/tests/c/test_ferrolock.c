@@ -902,6 +902,34 @@ static void test_lost(void) {
   ferrolock_client_free(c);
 }
 
+/* ---- inspect ---- */
+
+static void test_inspect(void) {
+  ferrolock_client *c = connect_client();
+  ferrolock_lock *a = new_lock(c, "inspect", 5000, FERROLOCK_RENEW_NEVER);
+  ferrolock_lock_info info;
+  memset(&info, 0xff, sizeof info);
+  OK(ferrolock_client_inspect(c, (const uint8_t *)"inspect", 7, &info, &err));
+  CHECK(!info.held && info.owner_len == 0 && info.count == 0 && info.fence == 0);
+  ferrolock_guard *g = acquire(a, 1000);
+  ferrolock_guard *g2 = acquire(a, 1000); /* re-entry: count 2, same fence */
+  OK(ferrolock_client_inspect(c, (const uint8_t *)"inspect", 7, &info, &err));
+  CHECK(info.held && info.count == 2 && info.fence == fence_of(g));
+  CHECK(info.owner_len == 32 && info.ttl_ms > 0 && info.ttl_ms <= 5000);
+  for (size_t i = 0; i < info.owner_len; i++) CHECK(strchr("0123456789abcdef", info.owner[i]) != NULL);
+  EXPECT(FERROLOCK_RESULT_NULL_ARGUMENT, ferrolock_client_inspect(c, (const uint8_t *)"inspect", 7, NULL, &err));
+  EXPECT(FERROLOCK_RESULT_INVALID_NAME, ferrolock_client_inspect(c, (const uint8_t *)"", 0, &info, &err));
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_client_inspect((const ferrolock_client *)0x1234, (const uint8_t *)"x", 1, &info, &err));
+  OK(ferrolock_guard_release(g2, &err));
+  OK(ferrolock_guard_release(g, &err));
+  OK(ferrolock_client_inspect(c, (const uint8_t *)"inspect", 7, &info, &err));
+  CHECK(!info.held);
+  ferrolock_guard_free(g2);
+  ferrolock_guard_free(g);
+  ferrolock_lock_free(a);
+  ferrolock_client_free(c);
+}
+
 /* ---- fork ---- */
 
 /* The child of fork() refuses the parent's handles (their connections and watchdog are the
@@ -1477,6 +1505,7 @@ int main(void) {
       {"lost", test_lost},
       {"cancel_and_threads", test_cancel_and_threads},
       {"fork", test_fork},
+      {"inspect", test_inspect},
       {"redlock", test_redlock},
       {"secret_scan", test_secret_scan},
   };
