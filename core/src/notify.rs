@@ -109,6 +109,10 @@ impl Slot {
 struct Chan {
     refs: usize,
     subscribed: bool,
+    /// A SUBSCRIBE was sent and may have reached the server, confirmed or not (its caller may
+    /// have been cancelled or timed out): the sweep unsubscribes the channel once idle, so no
+    /// subscription is left on the server for good.
+    sent: bool,
     idle_since: Option<Instant>,
     /// Registered waiters in arrival order (keys increase).
     waiters: BTreeMap<u64, Arc<Slot>>,
@@ -380,6 +384,7 @@ impl Notifier {
             let chan = map.entry(channel.to_vec()).or_insert_with(|| Chan {
                 refs: 0,
                 subscribed: false,
+                sent: false,
                 idle_since: None,
                 waiters: BTreeMap::new(),
                 turn: Arc::new(Notify::new()),
@@ -388,6 +393,7 @@ impl Notifier {
                 hand_on: None,
             });
             let was_subscribed = chan.subscribed;
+            chan.sent = true; // set before sending: see `Chan::sent`
             (self.take_ref(chan, channel, fifo), was_subscribed)
         };
         let (sub, was_subscribed) = sub;
@@ -478,8 +484,8 @@ impl Notifier {
             chan.hand_on_try(id, !may_pass); // a hand-on's waiter leaving before its try reported
             chan.refs = chan.refs.saturating_sub(1);
             if chan.refs == 0 {
-                if chan.subscribed {
-                    chan.idle_since = Some(Instant::now());
+                if chan.subscribed || chan.sent {
+                    chan.idle_since = Some(Instant::now()); // the sweep unsubscribes it
                 } else {
                     map.remove(channel);
                 }
@@ -509,8 +515,9 @@ impl Notifier {
                 let mut idle = Vec::new();
                 for (name, chan) in map.iter_mut() {
                     let old = chan.idle_since.is_some_and(|t| t.elapsed() >= linger);
-                    if chan.refs == 0 && chan.subscribed && old {
+                    if chan.refs == 0 && (chan.subscribed || chan.sent) && old {
                         chan.subscribed = false; // peek() no longer hands it out
+                        chan.sent = false;
                         idle.push(name.clone());
                     }
                 }
@@ -700,6 +707,7 @@ mod tests {
             Chan {
                 refs: 0,
                 subscribed: true,
+                sent: true,
                 idle_since: None,
                 waiters: BTreeMap::new(),
                 turn: Arc::new(Notify::new()),
@@ -723,6 +731,40 @@ mod tests {
             kind: PushKind::Message,
             data: vec![Value::BulkString(CH.to_vec()), Value::BulkString(payload.to_vec())],
         });
+    }
+
+    // A SUBSCRIBE whose caller gave up before the reply (a timeout, a cancelled task) may still
+    // reach the server: the channel used to be forgotten here and stay subscribed there for good
+    // (soak audit: 87 channels left after 20,000 cancelled first waits). The sweep now takes it
+    // back like any idle channel. Real server, stopped (SIGSTOP) while the SUBSCRIBE is sent.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscribe_cut_short_is_unsubscribed_by_the_sweep() {
+        use redis::IntoConnectionInfo;
+        let server = ferrolock_testkit::RedisServer::start();
+        let n = Arc::new(Notifier::default());
+        let info = server.url().into_connection_info().unwrap();
+        let opts = crate::ClientOptions::default();
+        let target = crate::client::Target::from_info(info, &opts.tls).unwrap();
+        let conn = target.manager(&opts, None, &n).await.unwrap();
+        let linger = Duration::from_millis(200);
+        tokio::spawn(Notifier::sweep(Arc::downgrade(&n), conn.clone(), linger, None));
+        let numsub = || {
+            let v: Vec<Value> = server.cmd(&["PUBSUB", "NUMSUB", std::str::from_utf8(CH).unwrap()]);
+            matches!(v.get(1), Some(Value::Int(1)))
+        };
+        server.pause();
+        let cut = tokio::time::timeout(Duration::from_millis(200), n.subscribe(&conn, CH, &|s| s)).await;
+        assert!(cut.is_err(), "the subscribe should still be waiting for its reply");
+        server.resume();
+        let t0 = Instant::now();
+        while !numsub() {
+            assert!(t0.elapsed() < Duration::from_secs(2), "the SUBSCRIBE never reached the server");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        while numsub() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "the channel stayed subscribed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[test]
