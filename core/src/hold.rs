@@ -55,7 +55,8 @@ struct St {
     lease_gen: u64,
     guards: usize,
     watchdog: Option<u64>,
-    callbacks: Vec<LostCallback>,
+    /// Loss callbacks, each with the guard level that registered it (its owner key).
+    callbacks: Vec<(usize, LostCallback)>,
     /// Why the hold was lost (set once, with the state).
     lost_why: Option<String>,
 }
@@ -210,7 +211,7 @@ impl Hold {
                 st.lost_why = Some(why.to_owned());
                 std::mem::take(&mut st.callbacks)
             };
-            for cb in callbacks {
+            for (_, cb) in callbacks {
                 let err = Error::new(ErrorKind::Lost, why.to_owned());
                 self.runtime.spawn_blocking(move || cb(err));
             }
@@ -234,8 +235,9 @@ impl Hold {
         self.st().callbacks.clear();
     }
 
-    /// Register a loss callback; called at once (on the blocking pool) if already lost.
-    pub fn on_lost(&self, cb: LostCallback) {
+    /// Register a loss callback for the guard level `owner`; called at once (on the blocking
+    /// pool) if already lost.
+    pub fn on_lost(&self, owner: usize, cb: LostCallback) {
         match self.state() {
             LockState::Lost => {
                 let why = self.lost_reason().unwrap_or_else(|| "the lock was already lost".to_owned());
@@ -243,8 +245,21 @@ impl Hold {
                 self.runtime.spawn_blocking(move || cb(err));
             }
             LockState::Released => {}
-            _ => self.st().callbacks.push(cb),
+            _ => self.st().callbacks.push((owner, cb)),
         }
+    }
+
+    /// The guard level `owner` was released: its loss callbacks will never run (they are
+    /// dropped now, not kept until the whole hold ends: a long-held lock re-entered in a loop
+    /// would pile them up).
+    pub fn forget_lost(&self, owner: usize) {
+        let gone: Vec<(usize, LostCallback)> = {
+            let mut st = self.st();
+            let (gone, keep) = std::mem::take(&mut st.callbacks).into_iter().partition(|(o, _)| *o == owner);
+            st.callbacks = keep;
+            gone
+        };
+        drop(gone); // outside the lock: a binding's callback may run code when dropped
     }
 
     pub fn add_guard(&self) -> usize {

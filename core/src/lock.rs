@@ -440,7 +440,13 @@ impl Lock {
         if !hold.has_watchdog() {
             c.watchdog.register(&hold, inner.hold_key.clone(), inner.token.clone());
         }
-        Guard { lock: self.clone(), hold, flags: Arc::default() }
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+        let flags = Flags {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            released: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+        };
+        Guard { lock: self.clone(), hold, flags: Arc::new(flags) }
     }
 
     /// Set this token's count on the server to `target` (0 deletes and publishes). Idempotent.
@@ -696,8 +702,9 @@ pub struct Guard {
 }
 
 /// A guard's release progress (shared with a release finished in the background).
-#[derive(Default)]
 struct Flags {
+    /// Unique per guard level: the key of its loss callbacks ([`Hold::on_lost`]).
+    id: usize,
     /// Set while a release is in flight and after it (reset by a transient failure).
     released: AtomicBool,
     /// This level was released: the guard reports `Released` from then on, even while other
@@ -718,6 +725,7 @@ impl Drop for ReleaseRest {
             rt.spawn(async move {
                 if Guard::release_level(&lock, &hold).await.is_ok() {
                     flags.done.store(true, Ordering::Release);
+                    hold.forget_lost(flags.id);
                 }
                 hold.drop_guard();
             });
@@ -812,7 +820,15 @@ impl Guard {
             return; // released: never lost
         }
         let cb: LostCallback = Box::new(cb);
-        self.hold.on_lost(cb);
+        self.hold.on_lost(self.owner_key(), cb);
+        if self.is_done() {
+            self.hold.forget_lost(self.owner_key()); // released meanwhile
+        }
+    }
+
+    /// This guard level's key for its loss callbacks.
+    fn owner_key(&self) -> usize {
+        self.flags.id
     }
 
     /// Release this level in the background, on the client's runtime, for a grant nobody will
@@ -852,6 +868,7 @@ impl Guard {
             Err(e) if e.kind().is_transient() => self.flags.released.store(false, Ordering::Release),
             Ok(()) => {
                 self.flags.done.store(true, Ordering::Release);
+                self.hold.forget_lost(self.owner_key());
                 self.hold.drop_guard();
             }
             Err(_) => {

@@ -694,3 +694,46 @@ async fn password_never_leaks() {
     }
     assert!(texts[0].contains("127.0.0.1"), "Debug should still say where: {}", texts[0]);
 }
+
+// A re-entry level's loss callback is let go when that level is released, and never runs: a
+// long-held lock re-entered in a loop used to keep every callback until the whole hold ended
+// (memory growing per iteration in every binding), and ran them all on a later loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_levels_loss_callback_is_dropped_and_never_runs() {
+    struct OnDrop(Arc<AtomicU64>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let lock = client.lock("levels", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let outer = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let (fired, dropped) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    for _ in 0..100 {
+        let inner = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        let (f, d) = (fired.clone(), OnDrop(dropped.clone()));
+        inner.on_lost(move |_| {
+            let _keep = &d;
+            f.fetch_add(1, Ordering::SeqCst);
+        });
+        inner.release().await.unwrap();
+    }
+    assert_eq!(dropped.load(Ordering::SeqCst), 100, "released levels' callbacks were kept");
+    // Control: the outer level's callback runs on the loss.
+    let outer_fired = Arc::new(AtomicU64::new(0));
+    let o = outer_fired.clone();
+    outer.on_lost(move |_| {
+        o.fetch_add(1, Ordering::SeqCst);
+    });
+    client.force_unlock("levels").await.unwrap();
+    assert_eq!(outer.extend(Duration::from_secs(10)).await.unwrap_err().kind(), ErrorKind::Lost);
+    let t0 = Instant::now();
+    while outer_fired.load(Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(3), "the outer level's callback never ran");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(fired.load(Ordering::SeqCst), 0, "a released level's callback ran on the loss");
+}
