@@ -9,7 +9,9 @@
 -- KEYS[4]  waiter table     <prefix>{<name>}:waiters
 -- ARGV[3]  fence counter idle retention in milliseconds (integer > 0)
 -- With waiters queued, the lock goes to the oldest live one exactly as a release hands it on
--- (release.lua), and the message is 'G:<token>:<fence>:<lease ms>'.
+-- (release.lua), and the message is 'G:<token>:<fence>:<lease ms>'. The hand-on loop repeats
+-- release.lua's on purpose: a script cannot call another (shared code needs Redis 7 functions,
+-- which the supported servers do not all have); core/tests/fair.rs checks both hand on alike.
 -- Returns {1, owner, count, fence} when a hold was deleted, {0} when the lock was free.
 local hold = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence')
 if not hold[1] then
