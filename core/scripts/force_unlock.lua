@@ -19,7 +19,9 @@ if not hold[1] then
 end
 redis.call('DEL', KEYS[1])
 local message = KEYS[1]
-if KEYS[4] and redis.call('LLEN', KEYS[3]) > 0 then
+-- PTTL (in the basic ACL rule set, docs/SECURITY.md) tells whether a queue exists (-2: no key;
+-- fair mode's keys always carry an expiry): users without fair mode's commands never go further.
+if KEYS[4] and redis.call('PTTL', KEYS[3]) ~= -2 then
   if redis.replicate_commands and not redis.REDIS_VERSION_NUM then
     pcall(redis.replicate_commands)
   end
