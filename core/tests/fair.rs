@@ -34,6 +34,30 @@ async fn until_queued(conn: &mut redis::aio::MultiplexedConnection, name: &str, 
     }
 }
 
+/// Queue `token` on `name` with a raw acquire call, as a client that then died would have: its
+/// entry stays for 60 s and a hand-over gives it a lease of `lease_ms`.
+async fn queue_dead_waiter(
+    data: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    token: &str,
+    lease_ms: u64,
+) {
+    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
+    let _: redis::Value = script
+        .key(format!("ferrolock:{{{name}}}"))
+        .key(format!("ferrolock:{{{name}}}:fence"))
+        .key(format!("ferrolock:{{{name}}}:queue"))
+        .key(format!("ferrolock:{{{name}}}:waiters"))
+        .arg(token)
+        .arg(lease_ms)
+        .arg(60_000)
+        .arg(10)
+        .arg(60_000)
+        .invoke_async(data)
+        .await
+        .unwrap();
+}
+
 /// A holder, then `k` waiters (one client each) started one after another; returns the order in
 /// which they got the lock and the EVALSHA calls made from the holder's release on.
 async fn handoff_order(server: &RedisServer, name: &str, fair: bool, k: usize) -> (Vec<usize>, u64) {
@@ -163,20 +187,7 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
     // Control: a queued waiter that never leaves (a raw script call, as by a client that died)
     // is handed the lock, and the live waiter behind it does not get it within the same bound.
     let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
-    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
-    let _: redis::Value = script
-        .key("ferrolock:{leave}")
-        .key("ferrolock:{leave}:fence")
-        .key("ferrolock:{leave}:queue")
-        .key("ferrolock:{leave}:waiters")
-        .arg("dead-token")
-        .arg(10_000)
-        .arg(60_000)
-        .arg(10)
-        .arg(60_000)
-        .invoke_async(&mut data)
-        .await
-        .unwrap();
+    queue_dead_waiter(&mut data, "leave", "dead-token", 10_000).await;
     let waiter = connect(&server).await.lock("leave", opts(true)).unwrap();
     let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(2))).await.map(|_| ()) });
     until_queued(&mut data, "leave", 2).await;
@@ -327,20 +338,7 @@ async fn waiters_behind_a_dead_grantee_try_when_its_lease_ends() {
     let holder = connect(&server).await.lock("dead", opts(true)).unwrap();
     let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
     let dead = "dead00000000000000000000000000ff";
-    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
-    let _: redis::Value = script
-        .key("ferrolock:{dead}")
-        .key("ferrolock:{dead}:fence")
-        .key("ferrolock:{dead}:queue")
-        .key("ferrolock:{dead}:waiters")
-        .arg(dead)
-        .arg(500) // its lease
-        .arg(60_000)
-        .arg(10)
-        .arg(60_000)
-        .invoke_async(&mut data)
-        .await
-        .unwrap();
+    queue_dead_waiter(&mut data, "dead", dead, 500).await;
     let waiter = connect(&server).await.lock("dead", opts(true)).unwrap();
     let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(5))).await });
     until_queued(&mut data, "dead", 2).await;
