@@ -38,6 +38,8 @@ struct Shared {
     delay_us: AtomicU64,
     stop: AtomicBool,
     gate: Mutex<Gate>,
+    /// One shot: the next client chunk holding these bytes closes its connection instead.
+    cut_on: Mutex<Option<Vec<u8>>>,
 }
 
 /// What a blackhole holds back.
@@ -68,6 +70,7 @@ impl DelayProxy {
             delay_us: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             gate: Mutex::new(Gate::default()),
+            cut_on: Mutex::new(None),
         });
         let sh = shared.clone();
         std::thread::spawn(move || {
@@ -134,6 +137,17 @@ impl DelayProxy {
         g.draining = false;
     }
 
+    /// Close the connection (both ways, unforwarded) whose client next sends a chunk holding
+    /// `bytes` (e.g. `b"SUBSCRIBE"`): a link that breaks just as that command goes out. Once.
+    pub fn cut_when_sent(&self, bytes: &[u8]) {
+        *self.shared.cut_on.lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes.to_vec());
+    }
+
+    /// Whether a [`Self::cut_when_sent`] has yet to trip.
+    pub fn cut_pending(&self) -> bool {
+        self.shared.cut_on.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
     pub fn blackholed(&self) -> bool {
         self.shared.gate().blackholed
     }
@@ -191,13 +205,13 @@ fn link(down: TcpStream, first: Vec<u8>, sh: &Arc<Shared>) {
         return;
     }
     let (Ok(down2), Ok(up2)) = (down.try_clone(), up.try_clone()) else { return };
-    pump(down, up2, sh.clone());
-    pump(up, down2, sh.clone());
+    pump(down, up2, sh.clone(), true);
+    pump(up, down2, sh.clone(), false);
 }
 
 /// Forward `from` → `to`, each chunk released `delay` after it was read, or held by the
-/// blackhole.
-fn pump(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>) {
+/// blackhole; `upstream`: the client's direction (the one [`DelayProxy::cut_when_sent`] watches).
+fn pump(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>, upstream: bool) {
     let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
     let delay = sh.clone();
     std::thread::spawn(move || {
@@ -206,6 +220,10 @@ fn pump(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>) {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
+                    if upstream && cut(&delay, &buf[..n]) {
+                        let _ = from.shutdown(Shutdown::Both);
+                        break; // the writer then closes the upstream side
+                    }
                     let due = monotonic_ns() + delay.delay_us.load(Ordering::Relaxed) * 1000;
                     if tx.send((due, buf[..n].to_vec())).is_err() {
                         break;
@@ -244,4 +262,14 @@ fn pump(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>) {
             let _ = to.shutdown(Shutdown::Both);
         }
     });
+}
+
+/// Whether `chunk` trips the one-shot cut (and disarms it).
+fn cut(sh: &Shared, chunk: &[u8]) -> bool {
+    let mut on = sh.cut_on.lock().unwrap_or_else(|p| p.into_inner());
+    let hit = on.as_ref().is_some_and(|p| chunk.windows(p.len()).any(|w| w == &p[..]));
+    if hit {
+        *on = None;
+    }
+    hit
 }

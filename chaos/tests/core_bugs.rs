@@ -407,3 +407,39 @@ fn b_core_an_inner_release_without_answer_does_not_keep_the_lock_over_quorum() {
     let servers = ferrolock_testkit::start_many(3);
     inner_release_without_answer_then_outer_release(&servers, &redlock_client(&servers), true);
 }
+
+/// A waiter whose connection breaks as its SUBSCRIBE goes out (after its first try found the
+/// lock held) keeps waiting and gets the lock once it is released: the lost subscription is a
+/// transient failure like a lost try, not the end of the wait. `cut` = false is the control.
+fn waiter_subscribe_on_a_link(cut: bool) -> Result<(), ferrolock::Error> {
+    let server = RedisServer::start();
+    let proxy = ferrolock_chaos::proxy::DelayProxy::start(format!("127.0.0.1:{}", server.port())).unwrap();
+    let holder = client(&server);
+    let g = holder.lock("s", LockOptions::lease(Duration::from_secs(30))).unwrap().acquire(None).unwrap();
+    let mut o = ClientOptions::default();
+    o.response_timeout = Duration::from_millis(200);
+    o.connect_timeout = Duration::from_millis(500);
+    let waiter = blocking::Client::connect(&proxy.url(), o).expect("connect");
+    let lock = waiter.lock("s", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    if cut {
+        proxy.cut_when_sent(b"SUBSCRIBE");
+    }
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        g.release().expect("the holder's release");
+    });
+    let r = lock.acquire(Some(Duration::from_secs(5))).map(|w| w.release().expect("the waiter's release"));
+    release.join().unwrap();
+    assert!(!proxy.cut_pending(), "the link broke as the SUBSCRIBE went out");
+    r
+}
+
+#[test]
+fn control_waiter_subscribes_and_gets_the_lock() {
+    waiter_subscribe_on_a_link(false).expect("acquire after the release");
+}
+
+#[test]
+fn b_core_a_subscribe_lost_with_its_connection_does_not_end_the_wait() {
+    waiter_subscribe_on_a_link(true).expect("acquire after the release");
+}

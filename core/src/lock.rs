@@ -154,7 +154,7 @@ impl Lock {
         // Since when attempts keep failing (a server down, grants not replicated): said once, at
         // warning level, after a second, so that a long or unbounded wait is not silent.
         let mut failing_since: Option<(Instant, bool)> = None;
-        loop {
+        'tries: loop {
             if sub.is_none() {
                 sub = notifier.peek(&self.inner.keys.channel);
             }
@@ -171,7 +171,9 @@ impl Lock {
                 (true, None) => Some(u64::from(u32::MAX)),
                 (true, Some(l)) => Some(timing::millis(l).max(1)),
             };
-            match self.attempt(queue_ms).await {
+            // `Some`: this try failed in a way worth trying again (a server that cannot be
+            // reached, a grant not replicated, a SUBSCRIBE lost with its connection).
+            let failed = match self.attempt(queue_ms).await {
                 Ok(Attempt::Granted(g)) => {
                     if let Some(s) = sub.as_mut() {
                         s.granted(); // the wake this waiter holds, if any, led to this grant
@@ -179,8 +181,8 @@ impl Lock {
                     queued.armed = false; // a grant takes this token out of the queue
                     return Ok(g);
                 }
-                Ok(Attempt::Expired) => {}
-                Ok(Attempt::Held { pttl, t_send }) => {
+                Ok(Attempt::Expired) => None,
+                Ok(Attempt::Held { pttl, t_send }) => 'held: {
                     if let Some(s) = sub.as_mut() {
                         s.held(); // the holder's release will wake the next waiter
                     }
@@ -197,8 +199,14 @@ impl Lock {
                         // and the subscription would otherwise go unnoticed.
                         let redact = c.redactor();
                         let s = notifier.subscribe(conn, &self.inner.keys.channel, &redact);
-                        sub = Some(Box::pin(s).await?);
-                        continue;
+                        match Box::pin(s).await {
+                            Ok(s) => {
+                                sub = Some(s);
+                                continue 'tries;
+                            }
+                            Err(e) if e.kind().is_transient() => break 'held Some(e),
+                            Err(e) => return Err(e),
+                        }
                     };
                     // The holder's lease bounds the wait even if a message is lost.
                     let mut bound = match u64::try_from(pttl) {
@@ -228,28 +236,30 @@ impl Lock {
                         // Validity used up while queued (or a hold appeared meanwhile): the
                         // next try finds this token holding and settles the count.
                     }
+                    None
                 }
-                Err(e) if e.kind().is_transient() && left != Some(Duration::ZERO) => {
-                    tracing::debug!("ferrolock: acquire retry after {}", e.kind());
-                    let (since, told) = failing_since.get_or_insert((Instant::now(), false));
-                    if !*told && since.elapsed() >= Duration::from_secs(1) {
-                        *told = true;
-                        tracing::warn!(
-                            "ferrolock: acquiring lock {:?} keeps failing ({e}); retrying until the wait ends",
-                            String::from_utf8_lossy(&self.inner.keys.name)
-                        );
-                    }
-                    tokio::time::sleep(left.map_or(backoff, |l| l.min(backoff))).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
-                        // Quote the failure: a wait that ends on a server that cannot be
-                        // reached (or a grant that was not replicated) is not "the lock was held".
-                        queued.leave().await;
-                        return Err(self.timed_out_failing(&e));
-                    }
-                    continue;
-                }
+                Err(e) if e.kind().is_transient() && left != Some(Duration::ZERO) => Some(e),
                 Err(e) => return Err(e),
+            };
+            if let Some(e) = failed {
+                tracing::debug!("ferrolock: acquire retry after {}", e.kind());
+                let (since, told) = failing_since.get_or_insert((Instant::now(), false));
+                if !*told && since.elapsed() >= Duration::from_secs(1) {
+                    *told = true;
+                    tracing::warn!(
+                        "ferrolock: acquiring lock {:?} keeps failing ({e}); retrying until the wait ends",
+                        String::from_utf8_lossy(&self.inner.keys.name)
+                    );
+                }
+                tokio::time::sleep(left.map_or(backoff, |l| l.min(backoff))).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    // Quote the failure: a wait that ends on a server that cannot be
+                    // reached (or a grant that was not replicated) is not "the lock was held".
+                    queued.leave().await;
+                    return Err(self.timed_out_failing(&e));
+                }
+                continue;
             }
             failing_since = None;
             if deadline.is_some_and(|d| Instant::now() >= d) {
