@@ -317,6 +317,12 @@ impl Client {
         self.inner.watchdog.set_test_knobs(delay, settle);
     }
 
+    /// Tests only: how many times this client's watchdog scheduler has run.
+    #[doc(hidden)]
+    pub fn watchdog_ticks_for_tests(&self) -> u64 {
+        self.inner.watchdog.ticks()
+    }
+
     /// Tests and benchmarks: stop (`false`) or resume sending acquires and releases on the
     /// hot-path connection (docs/CONNECTIONS.md); they then all go through the multiplexed
     /// connection. Returns whether this client has a hot-path connection at all.

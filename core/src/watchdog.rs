@@ -36,6 +36,10 @@ struct Entry {
 
 struct Shared {
     entries: Mutex<HashMap<u64, Entry>>,
+    /// When the scheduler looks next (written by each tick while it holds `entries`): a new
+    /// hold due later needs no wake-up, so an acquire costs no scheduler run and no scan of
+    /// every live hold (see [`Watchdog::register`]).
+    planned: Mutex<Instant>,
     wake: Arc<Notify>,
     next_id: AtomicU64,
     /// Holds whose renewal has been taken for sending and not answered yet (kept after the hold
@@ -46,6 +50,8 @@ struct Shared {
     /// release waits for them (see [`Watchdog::set_test_knobs`]).
     test_delay_ms: AtomicU64,
     test_no_settle: AtomicBool,
+    /// Scheduler runs so far (tests: an acquire due later than the next look wakes nothing).
+    ticks: AtomicU64,
 }
 
 impl Shared {
@@ -55,6 +61,10 @@ impl Shared {
 
     fn flying(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
         self.flying.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn planned(&self) -> std::sync::MutexGuard<'_, Instant> {
+        self.planned.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -100,12 +110,14 @@ impl Watchdog {
     pub fn start(backend: Backend, opts: Arc<ClientOptions>) -> Watchdog {
         let shared = Arc::new(Shared {
             entries: Mutex::new(HashMap::new()),
+            planned: Mutex::new(Instant::now()),
             wake: Arc::new(Notify::new()),
             next_id: AtomicU64::new(1),
             flying: Mutex::new(HashSet::new()),
             landed: Notify::new(),
             test_delay_ms: AtomicU64::new(0),
             test_no_settle: AtomicBool::new(false),
+            ticks: AtomicU64::new(0),
         });
         tokio::spawn(run(Arc::downgrade(&shared), shared.wake.clone(), backend, opts));
         Watchdog { shared }
@@ -129,9 +141,17 @@ impl Watchdog {
         let next_due = Instant::now() + hold.ttl() / 3;
         let hold_ref = Arc::downgrade(hold);
         let entry = Entry { hold: hold_ref, key, token, next_due, in_flight: false, renew_until };
-        self.shared.entries().insert(id, entry);
+        // Read under `entries`, which the tick that wrote `planned` held: either that tick saw
+        // this entry, or `planned` is what the scheduler sleeps until now.
+        let sooner = {
+            let mut entries = self.shared.entries();
+            entries.insert(id, entry);
+            next_due.min(hold.deadline()) < *self.shared.planned()
+        };
         hold.set_watchdog(id);
-        self.shared.wake.notify_one();
+        if sooner {
+            self.shared.wake.notify_one();
+        }
     }
 
     /// `hold`'s lease was set anew (extend, re-entry): renew it within a third of the new lease
@@ -189,6 +209,11 @@ impl Watchdog {
         self.shared.test_delay_ms.store(ms, Ordering::Relaxed);
         self.shared.test_no_settle.store(!settle, Ordering::Relaxed);
     }
+
+    /// Tests only: how many times the scheduler has looked at its holds.
+    pub fn ticks(&self) -> u64 {
+        self.shared.ticks.load(Ordering::Relaxed)
+    }
 }
 
 async fn run(weak: Weak<Shared>, wake: Arc<Notify>, backend: Backend, opts: Arc<ClientOptions>) {
@@ -211,11 +236,17 @@ async fn run(weak: Weak<Shared>, wake: Arc<Notify>, backend: Backend, opts: Arc<
 /// lease is measured from this send). Holds acquired over a spread of time thus fall into step
 /// after one round and stay in one pipeline per tick, instead of one small pipeline each.
 fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> Instant {
+    shared.ticks.fetch_add(1, Ordering::Relaxed);
     let now = Instant::now();
     let mut next = now + Duration::from_secs(3600);
     let mut any_due = false;
     let mut soon: Vec<(u64, Arc<Hold>)> = Vec::new();
     let mut entries = shared.entries();
+    // Set while `entries` is held, on every return (`register` reads it under the same lock).
+    let plan = |next: Instant| {
+        *shared.planned() = next;
+        next
+    };
     entries.retain(|&id, e| {
         let Some(hold) = e.hold.upgrade() else { return false };
         if hold.is_final() {
@@ -237,7 +268,7 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
         true
     });
     if !any_due {
-        return next;
+        return plan(next);
     }
     let mut due = Vec::with_capacity(soon.len());
     let mut flying = shared.flying();
@@ -250,6 +281,7 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
         }
     }
     drop(flying);
+    plan(next);
     drop(entries);
     // `next` may name a renewal sent now; the renewal's completion wakes the scheduler anyway.
     tokio::spawn(renew(shared.clone(), backend.clone(), opts.clone(), due));

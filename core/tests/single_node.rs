@@ -373,6 +373,35 @@ async fn watchdog_renews_stops_and_reports_loss() {
     assert_eq!(g.remaining(), Duration::ZERO);
 }
 
+// The watchdog scheduler is woken by an acquire only when the new hold needs it before its next
+// look: a hold due later costs no scheduler run (it used to scan every live hold on each
+// acquire). A hold due sooner is still renewed on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_wakes_the_watchdog_only_when_due_sooner() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let long = client.lock("wd-long", LockOptions::renewing(Duration::from_secs(30))).unwrap();
+    let held = long.acquire(Some(Duration::ZERO)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = client.watchdog_ticks_for_tests();
+    let other = client.lock("wd-other", LockOptions::renewing(Duration::from_secs(30))).unwrap();
+    for _ in 0..100 {
+        other.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+    }
+    let ticks = client.watchdog_ticks_for_tests() - before;
+    assert!(ticks < 10, "100 acquires due later than the next look ran the scheduler {ticks} times");
+
+    // Due sooner than the scheduler's next look (10 s away): renewed all the same.
+    let ttl = Duration::from_millis(300);
+    let short = client.lock("wd-short", LockOptions::renewing(ttl)).unwrap();
+    let g = short.acquire(Some(Duration::ZERO)).await.unwrap();
+    tokio::time::sleep(ttl * 3).await;
+    assert_eq!(g.state(), LockState::Held, "the short hold was not renewed");
+    assert!(client.watchdog_ticks_for_tests() - before > ticks, "control: the scheduler ran for it");
+    g.release().await.unwrap();
+    held.release().await.unwrap();
+}
+
 // An extend or re-entry that sets a shorter lease than the one before: the local deadline follows
 // the server's (it used to keep the longer one, so the holder read "held" with seconds left while
 // another owner held the lock), and the watchdog renews on the new lease's schedule.
