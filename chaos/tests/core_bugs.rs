@@ -443,3 +443,47 @@ fn control_waiter_subscribes_and_gets_the_lock() {
 fn b_core_a_subscribe_lost_with_its_connection_does_not_end_the_wait() {
     waiter_subscribe_on_a_link(true).expect("acquire after the release");
 }
+
+/// The subscription sweep drops idle channels together, not one round trip after another: it
+/// holds the lock a new waiter's SUBSCRIBE needs while it runs, so over a slow link (or to a
+/// stopped master, one timeout each) twenty idle channels kept new waiters out for twenty round
+/// trips. Seen from the server: the channel count falls in at most a step per sweep (two if a
+/// sweep tick splits the batch), where one UNSUBSCRIBE after another made a step each.
+#[test]
+fn b_core_idle_channels_are_unsubscribed_together() {
+    const N: usize = 20;
+    let server = RedisServer::start();
+    let proxy = ferrolock_chaos::proxy::DelayProxy::start(format!("127.0.0.1:{}", server.port())).unwrap();
+    let holder = client(&server);
+    let lease = LockOptions::lease(Duration::from_secs(30));
+    let names: Vec<String> = (0..N).map(|i| format!("sweep{i}")).collect();
+    let _held: Vec<_> =
+        names.iter().map(|n| holder.lock(n, lease.clone()).unwrap().acquire(None).unwrap()).collect();
+    let mut o = ClientOptions::default();
+    o.response_timeout = Duration::from_secs(2);
+    o.subscription_linger = Duration::from_millis(500);
+    let waiter = blocking::Client::connect(&proxy.url(), o).expect("connect");
+    std::thread::scope(|s| {
+        for n in &names {
+            let lock = waiter.lock(n, lease.clone()).unwrap();
+            s.spawn(move || {
+                let e = lock.acquire(Some(Duration::from_millis(100))).unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::AcquireTimeout);
+            });
+        }
+    });
+    let channels = || server.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]).len();
+    assert_eq!(channels(), N, "every waiter subscribed");
+    proxy.set_delay(Duration::from_millis(50)); // 100 ms a round trip
+    let (t0, mut last, mut steps) = (std::time::Instant::now(), N, 0);
+    while last > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "idle channels still subscribed: {last}");
+        std::thread::sleep(Duration::from_millis(5));
+        let now = channels();
+        if now < last {
+            steps += 1;
+            last = now;
+        }
+    }
+    assert!(steps <= 2, "{N} idle channels went in {steps} steps");
+}

@@ -523,16 +523,26 @@ impl Notifier {
                 }
                 idle
             };
+            // All at once: they share one round trip on the multiplexed connection, so `ops`
+            // (which a new waiter's SUBSCRIBE needs) is held for one reply, or one `op_timeout`
+            // on a stopped master, not one per idle channel.
+            let mut sent = tokio::task::JoinSet::new();
             for name in idle {
                 let mut c = conn.clone();
-                match op_timeout {
-                    Some(t) => {
-                        let _ = tokio::time::timeout(t, c.unsubscribe(&name)).await;
+                sent.spawn(async move {
+                    match op_timeout {
+                        Some(t) => {
+                            let _ = tokio::time::timeout(t, c.unsubscribe(&name)).await;
+                        }
+                        None => {
+                            let _ = c.unsubscribe(&name).await;
+                        }
                     }
-                    None => {
-                        let _ = c.unsubscribe(&name).await;
-                    }
-                }
+                    name
+                });
+            }
+            while let Some(done) = sent.join_next().await {
+                let Ok(name) = done else { continue };
                 let mut map = lock(&me.channels);
                 if map.get(&name).is_some_and(|c| c.refs == 0) {
                     map.remove(&name);
