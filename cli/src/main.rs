@@ -60,7 +60,8 @@ struct Cli {
     key: Option<std::path::PathBuf>,
 
     /// Every grant must be acknowledged by N replicas (WAIT), else it is undone and the command
-    /// fails with NOT_REPLICATED (one server or Sentinel; see docs/GUARANTEES.md).
+    /// fails with NOT_REPLICATED (one server, Sentinel or Cluster; not with several --redis
+    /// masters; see docs/GUARANTEES.md).
     #[arg(long, value_name = "N", global = true)]
     replica_acks: Option<u32>,
 
