@@ -1,6 +1,7 @@
 //! The docs' checkable claims that no behaviour test covers, compared with the code they describe
-//! (no Redis needed): error names and codes quoted in the READMEs and docs/, and the ACL rule set
-//! of docs/SECURITY.md against what the scripts run and what tests/acl.rs grants.
+//! (no Redis needed): error names and codes quoted in the READMEs and docs/, the protocol version
+//! named by docs/PROTOCOL.md and the scripts, and the ACL rule set of docs/SECURITY.md against
+//! what the scripts run and what tests/acl.rs grants.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -175,4 +176,28 @@ fn the_acl_test_uses_the_documented_rule_set() {
     let tested: Vec<&str> =
         rules.expect("RULES in core/tests/acl.rs").split('"').skip(1).step_by(2).collect();
     assert_eq!(documented, tested, "docs/SECURITY.md's rule set and core/tests/acl.rs's RULES differ");
+}
+
+#[test]
+fn protocol_md_and_the_scripts_name_the_implemented_version() {
+    let v = ferrolock::PROTOCOL_VERSION;
+    let title = read("docs/PROTOCOL.md").lines().next().unwrap_or_default().to_owned();
+    assert!(
+        title.ends_with(&format!("version {v}")),
+        "docs/PROTOCOL.md's title `{title}` is not version {v}"
+    );
+    for entry in std::fs::read_dir(root().join("core/scripts")).expect("core/scripts") {
+        let path = entry.expect("script").path();
+        let first = std::fs::read_to_string(&path)
+            .expect("read script")
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            first.contains(&format!("(protocol v{v},")),
+            "{}: `{first}` is not protocol v{v}",
+            path.display()
+        );
+    }
 }
