@@ -218,7 +218,9 @@ impl Error {
         use redis::ErrorKind as R;
         let kind = if matches!(e.code(), Some("WRONGPASS") | Some("NOAUTH")) {
             ErrorKind::Auth
-        } else if e.code() == Some("NOPERM") {
+        } else if e.code() == Some("NOPERM") || e.to_string().contains("no permissions to run") {
+            // The driver reports a SELECT refused while connecting (a database number in the
+            // URL) without its NOPERM code, only the server's text.
             ErrorKind::Permission
         } else if let Some(command) = crate::scripts::forbidden_script_command(&e.to_string()) {
             // Redis 7.0 reports a command an ACL forbids inside a script as a plain ERR naming

@@ -216,6 +216,37 @@ async fn the_topology_additions_are_enough_and_needed() {
     no_secret(&denied);
 }
 
+// A database other than 0 in the URL: every connection sends SELECT, so the rule set needs
+// `+select` (docs/SECURITY.md). Without it connecting fails with `Permission` naming SELECT (the
+// driver reports that refusal without its NOPERM code; it read `Script` before).
+#[tokio::test]
+async fn a_database_number_needs_select() {
+    let server = RedisServer::start();
+    make_user_with(&server, "selector", None, &["+select"]);
+    make_user(&server, "no-select", None);
+    let in_db2 = |user: &str| format!("{}/2", url(&server, user));
+    let ok = Client::connect(&in_db2("selector"), ClientOptions::default()).await.expect("connect to db 2");
+    cycle(&ok, "db2").await.expect("the rule set plus +select is enough in db 2");
+    let fence_in = |db: u8| {
+        let c = redis::Client::open(format!("redis://127.0.0.1:{}/{db}", server.port())).unwrap();
+        let n: i64 = redis::cmd("EXISTS")
+            .arg("ferrolock:{db2}:fence")
+            .query(&mut c.get_connection().unwrap())
+            .unwrap();
+        n
+    };
+    assert_eq!((fence_in(2), fence_in(0)), (1, 0), "the lock lived in db 2, not db 0");
+    let started = Instant::now();
+    let e = match Client::connect(&in_db2("no-select"), ClientOptions::default()).await {
+        Err(e) => e,
+        Ok(c) => cycle(&c, "db2").await.expect_err("db 2 without +select"),
+    };
+    assert_eq!(e.kind(), ErrorKind::Permission, "{e}");
+    assert!(e.message().to_lowercase().contains("select"), "SELECT not named in: {e}");
+    assert!(started.elapsed() < Duration::from_secs(2), "no retry loop");
+    no_secret(&e);
+}
+
 /// The cluster additions of docs/SECURITY.md: `CLUSTER SLOTS` (topology) and sharded pub/sub.
 const CLUSTER_EXTRA: &[&str] = &["+cluster|slots", "+ssubscribe", "+sunsubscribe", "+spublish"];
 
