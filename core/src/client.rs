@@ -681,7 +681,10 @@ pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
             "redis+cluster:// and rediss+cluster:// need ferrolock built with the `cluster` feature",
         ));
     }
-    if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix") {
+    // Schemes are case-insensitive (RFC 3986); the driver wants them in lower case.
+    let scheme = scheme.to_ascii_lowercase();
+    let lowered = format!("{scheme}{}", &url[scheme.len()..]);
+    if !matches!(scheme.as_str(), "redis" | "rediss" | "redis+unix" | "unix") {
         return Err(Error::new(
             ErrorKind::InvalidUrl,
             "unsupported URL scheme (expected redis://, rediss://, redis+unix://, redis+sentinel://, \
@@ -689,7 +692,7 @@ pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
         ));
     }
     // Never echo the URL: it may carry a password.
-    url.into_connection_info().map_err(|e| {
+    lowered.as_str().into_connection_info().map_err(|e| {
         let why = if e.kind() == redis::ErrorKind::InvalidClientConfig && scheme == "rediss" {
             "cannot use this rediss:// URL (is TLS support compiled in?)"
         } else {

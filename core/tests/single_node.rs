@@ -622,6 +622,23 @@ async fn cancelled_acquire_leaves_no_ghost() {
     lock.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
 }
 
+// URL schemes are case-insensitive (RFC 3986), as the Sentinel and Cluster ones already were:
+// `REDIS://` used to be refused as an unsupported scheme.
+#[tokio::test]
+async fn url_schemes_are_case_insensitive() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (scheme, rest) = url.split_once("://").unwrap();
+    for s in [scheme.to_uppercase(), "Redis".to_owned()] {
+        let c = ferrolock::Client::connect(&format!("{s}://{rest}"), ClientOptions::default()).await;
+        let c = c.unwrap_or_else(|e| panic!("{s}://: {e}"));
+        c.lock("case", LockOptions::default()).unwrap().acquire(None).await.unwrap().release().await.unwrap();
+    }
+    let e =
+        ferrolock::Client::connect(&format!("redix://{rest}"), ClientOptions::default()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidUrl, "control: an unknown scheme is still refused");
+}
+
 // 9. Bad input: typed errors before any I/O.
 #[tokio::test]
 async fn bad_input_is_rejected_before_io() {
