@@ -38,9 +38,10 @@ use crate::signals::Signals;
 #[derive(Debug, Parser)]
 #[command(name = "ferrolock", version, about = "Run commands under a Redis distributed lock")]
 struct Cli {
-    /// Redis server URL (redis://[user:password@]host[:port][/db], rediss:// for TLS,
+    /// Redis server URL (redis://[user:password@]host[:port][/db], redis+unix:///path/to.sock,
     /// redis+sentinel://host:port[,host:port]/master-name[/db] through Sentinel,
-    /// redis+cluster://host:port[,host:port] for Redis Cluster). Repeat it to lock by Redlock
+    /// redis+cluster://host:port[,host:port] for Redis Cluster; rediss://, rediss+sentinel://
+    /// and rediss+cluster:// for TLS). Repeat it to lock by Redlock
     /// over several independent masters. Default: the space-separated URLs
     /// in FERROLOCK_REDIS, else redis://127.0.0.1:6379.
     #[arg(long = "redis", value_name = "URL", global = true)]
