@@ -457,15 +457,14 @@ fn b_core_idle_channels_are_unsubscribed_together() {
     let holder = client(&server);
     let lease = LockOptions::lease(Duration::from_secs(30));
     let names: Vec<String> = (0..N).map(|i| format!("sweep{i}")).collect();
-    let _held: Vec<_> =
-        names.iter().map(|n| holder.lock(n, lease.clone()).unwrap().acquire(None).unwrap()).collect();
+    let _held: Vec<_> = names.iter().map(|n| holder.lock(n, lease).unwrap().acquire(None).unwrap()).collect();
     let mut o = ClientOptions::default();
     o.response_timeout = Duration::from_secs(2);
     o.subscription_linger = Duration::from_millis(500);
     let waiter = blocking::Client::connect(&proxy.url(), o).expect("connect");
     std::thread::scope(|s| {
         for n in &names {
-            let lock = waiter.lock(n, lease.clone()).unwrap();
+            let lock = waiter.lock(n, lease).unwrap();
             s.spawn(move || {
                 let e = lock.acquire(Some(Duration::from_millis(100))).unwrap_err();
                 assert_eq!(e.kind(), ErrorKind::AcquireTimeout);
