@@ -135,6 +135,18 @@ impl Client {
         run(async move { c.force_unlock(n).await })
     }
 
+    /// Close the client (see [`crate::Client::close`]): pending acquires end with `CLOSED`,
+    /// live holds become lost and are left to expire, later calls fail with `CLOSED`. Never
+    /// blocks.
+    pub fn close(&self) {
+        self.inner.close();
+    }
+
+    /// Whether the client was closed.
+    pub fn is_closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
     /// The async client behind this facade.
     pub fn as_async(&self) -> &crate::Client {
         &self.inner

@@ -35,6 +35,8 @@ pub(crate) struct ClientInner {
     pub hot: Option<HotConn>,
     secrets: Vec<String>,
     addr: String,
+    /// `true` once [`Client::close`] ran: pending acquires end with `CLOSED`, new calls refuse.
+    closed: tokio::sync::watch::Sender<bool>,
 }
 
 /// Where a client's locks live: one server (given directly or found through Sentinel), or a
@@ -218,6 +220,7 @@ impl Client {
                 hot,
                 secrets,
                 addr,
+                closed: tokio::sync::watch::Sender::new(false),
             }),
         })
     }
@@ -270,6 +273,7 @@ impl Client {
                 hot: None,
                 secrets,
                 addr,
+                closed: tokio::sync::watch::Sender::new(false),
             }),
         })
     }
@@ -341,6 +345,44 @@ impl Client {
         }
     }
 
+    /// Close this client and everything made from it (docs/GUARANTEES.md, "Closing a client").
+    /// Does no I/O and never blocks; idempotent; may be called from any thread, also from a
+    /// loss callback.
+    ///
+    /// - Every acquire of its locks still waiting or in flight ends with [`ErrorKind::Closed`]
+    ///   (an attempt cut off in flight is undone by compare-and-delete, as after a cancellation).
+    /// - Every live hold becomes [`LockState::Lost`](crate::LockState::Lost) at once (its loss
+    ///   callbacks run) and is **not released**: the watchdog stops, no renewal is sent from
+    ///   now on, and the lease runs out on the server (as for a crashed holder).
+    /// - Later calls on the client, its locks and their guards (`lock`, `inspect`,
+    ///   `force_unlock`, `acquire`, `try_acquire`, `release`, `extend`) fail with
+    ///   [`ErrorKind::Closed`]; `state()` says `Lost` (or `Released` for a level released
+    ///   before), `remaining()` zero.
+    ///
+    /// The connection itself closes when the last clone of the client, lock or guard is dropped.
+    pub fn close(&self) {
+        if self.inner.closed.send_replace(true) {
+            return;
+        }
+        self.inner.watchdog.close("the client was closed");
+    }
+
+    /// Whether [`Client::close`] was called (on this client or any clone).
+    pub fn is_closed(&self) -> bool {
+        *self.inner.closed.borrow()
+    }
+
+    /// `Err(CLOSED)` once the client is closed.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_closed() { Err(closed_error()) } else { Ok(()) }
+    }
+
+    /// Resolves once the client is closed.
+    pub(crate) async fn closing(&self) {
+        let mut rx = self.inner.closed.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
     /// Whether this client locks by quorum over several masters ([`Client::connect_redlock`]).
     pub fn is_redlock(&self) -> bool {
         matches!(self.inner.backend, Backend::Quorum(_))
@@ -358,6 +400,7 @@ impl Client {
     ///
     /// Re-entry works through the same handle (and its clones); another handle contends.
     pub fn lock(&self, name: impl AsRef<[u8]>, opts: LockOptions) -> Result<Lock> {
+        self.check_open()?;
         Lock::new(self.clone(), name.as_ref(), opts)
     }
 
@@ -388,6 +431,7 @@ impl Client {
     /// Redlock: the holder that a quorum of masters agrees on (count and TTL from the weakest of
     /// them, the fence most of them record); `None` if no owner has a quorum.
     pub async fn inspect(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        self.check_open()?;
         let keys = self.keys(name.as_ref())?;
         let conn = match &self.inner.backend {
             Backend::Single { conn, .. } => conn,
@@ -415,6 +459,7 @@ impl Client {
     /// The last fencing token granted for `name`, while it is retained (`None` after expiry).
     /// Redlock: the largest value among the masters that answer (a quorum must answer).
     pub async fn last_fence(&self, name: impl AsRef<[u8]>) -> Result<Option<u64>> {
+        self.check_open()?;
         let keys = self.keys(name.as_ref())?;
         let conn = match &self.inner.backend {
             Backend::Single { conn, .. } => conn,
@@ -439,6 +484,7 @@ impl Client {
     /// Redlock: deletes the hold on every master that answers and reports the largest-fence hold
     /// removed.
     pub async fn force_unlock(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        self.check_open()?;
         let keys = self.keys(name.as_ref())?;
         let conn = match &self.inner.backend {
             Backend::Single { conn, .. } => conn,
@@ -488,6 +534,11 @@ impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client").field("server", &self.inner.addr).finish_non_exhaustive()
     }
+}
+
+/// The error of any call on a closed client (or a lock or guard made from it).
+pub(crate) fn closed_error() -> Error {
+    Error::new(ErrorKind::Closed, "the client was closed")
 }
 
 fn redact_with(secrets: &[String], mut s: String) -> String {

@@ -118,8 +118,38 @@ impl Lock {
     /// Redlock: each try is a quorum round; split votes retry after a random jitter, and when
     /// fewer than a quorum of masters answered the last try, the error is
     /// [`ErrorKind::QuorumNotReached`] instead.
+    ///
+    /// [`ErrorKind::Closed`] if the client is closed, also while this call waits
+    /// ([`Client::close`]).
     pub async fn acquire(&self, wait: Option<Duration>) -> Result<Guard> {
         timing::check_wait(wait)?;
+        let client = &self.inner.client;
+        client.check_open()?;
+        // (The acquire future is made here, not passed in: an async fn keeps its arguments for
+        // its whole life, which would hold a second copy of it; see hot_path.rs, "stay small".)
+        let r = tokio::select! {
+            biased;
+            () = client.closing() => return Err(crate::client::closed_error()),
+            r = self.acquire_open(wait) => r?,
+        };
+        if client.is_closed() {
+            return Err(self.undeliverable(Some(r)));
+        }
+        Ok(r)
+    }
+
+    /// The error of an acquire that returned `g` after the client was closed. Cut off by the
+    /// close instead, the acquire future was dropped, which undoes an attempt in flight; a grant
+    /// that came back after the close is released at once: the close marked its hold lost and
+    /// nobody will receive it.
+    fn undeliverable(&self, g: Option<Guard>) -> Error {
+        if let Some(g) = g {
+            Arc::new(g).release_detached();
+        }
+        crate::client::closed_error()
+    }
+
+    async fn acquire_open(&self, wait: Option<Duration>) -> Result<Guard> {
         let deadline = wait.map(|w| Instant::now() + w);
         let c = &self.inner.client;
         let (conn, notifier) = match &c.inner.backend {
@@ -272,7 +302,22 @@ impl Lock {
 
     /// One attempt: `Ok(None)` when another owner holds the lock (Redlock: or a vote was split;
     /// [`ErrorKind::QuorumNotReached`] when fewer than a quorum of masters answered).
+    /// [`ErrorKind::Closed`] if the client is closed.
     pub async fn try_acquire(&self) -> Result<Option<Guard>> {
+        let client = &self.inner.client;
+        client.check_open()?;
+        let r = tokio::select! {
+            biased;
+            () = client.closing() => return Err(crate::client::closed_error()),
+            r = self.try_acquire_open() => r?,
+        };
+        if client.is_closed() {
+            return Err(self.undeliverable(r));
+        }
+        Ok(r)
+    }
+
+    async fn try_acquire_open(&self) -> Result<Option<Guard>> {
         if let Backend::Quorum(q) = &self.inner.client.inner.backend {
             loop {
                 return match q.clone().attempt(self).await? {
@@ -847,7 +892,7 @@ impl Guard {
     pub fn release_detached(self: Arc<Self>) {
         let rt = self.lock.inner.client.inner.runtime.clone();
         rt.spawn(async move {
-            let _ = self.release().await;
+            let _ = self.release_open().await; // also after a close: nobody received this grant
         });
     }
 
@@ -867,7 +912,14 @@ impl Guard {
     /// A release whose future is dropped before it completes (a timeout around it, a cancelled
     /// task) is finished in the background, so the lock is not left taken by a guard that can no
     /// longer release it; if that background attempt fails, the lease runs out.
+    ///
+    /// [`ErrorKind::Closed`] once the client is closed: nothing is sent, the lease runs out.
     pub async fn release(&self) -> Result<()> {
+        self.lock.inner.client.check_open()?;
+        self.release_open().await
+    }
+
+    async fn release_open(&self) -> Result<()> {
         if self.flags.released.swap(true, Ordering::AcqRel) {
             return Err(self.already_released());
         }
@@ -967,11 +1019,13 @@ impl Guard {
     }
 
     /// Extend the lease to `ttl` from now (owner-checked). Fails with [`ErrorKind::Lost`] if the
-    /// local deadline already passed or the server no longer holds it for this owner.
+    /// local deadline already passed or the server no longer holds it for this owner, and with
+    /// [`ErrorKind::Closed`] once the client is closed.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         let lock = &self.lock;
         let c = &lock.inner.client;
         timing::check_ttl(&c.inner.opts, "ttl", ttl)?;
+        c.check_open()?;
         if self.flags.released.load(Ordering::Acquire) {
             return Err(self.already_released());
         }

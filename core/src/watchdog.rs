@@ -52,6 +52,12 @@ struct Shared {
     test_no_settle: AtomicBool,
     /// Scheduler runs so far (tests: an acquire due later than the next look wakes nothing).
     ticks: AtomicU64,
+    /// Set (under `entries`) by [`Watchdog::close`]: the scheduler ends, nothing more is sent,
+    /// and a hold registered later is lost at once.
+    closed: AtomicBool,
+    /// Held by `close` while it sets `closed`, and by each renewal round while it checks
+    /// `closed` and hands its requests to the connection: no round starts after `close` returns.
+    sending: Mutex<()>,
 }
 
 impl Shared {
@@ -118,6 +124,8 @@ impl Watchdog {
             test_delay_ms: AtomicU64::new(0),
             test_no_settle: AtomicBool::new(false),
             ticks: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            sending: Mutex::new(()),
         });
         tokio::spawn(run(Arc::downgrade(&shared), shared.wake.clone(), backend, opts));
         Watchdog { shared }
@@ -145,6 +153,12 @@ impl Watchdog {
         // this entry, or `planned` is what the scheduler sleeps until now.
         let sooner = {
             let mut entries = self.shared.entries();
+            if self.shared.closed.load(Ordering::Relaxed) {
+                // The client was closed (set under `entries`, so `close` saw no such entry).
+                drop(entries);
+                hold.mark_lost("the client was closed");
+                return;
+            }
             entries.insert(id, entry);
             next_due.min(hold.deadline()) < *self.shared.planned()
         };
@@ -202,6 +216,26 @@ impl Watchdog {
         }
     }
 
+    /// The client is closed: stop for good. Every tracked hold is marked lost with `why` (its
+    /// loss callbacks run) and is renewed no more; renewals taken for sending but not sent yet
+    /// are dropped. Idempotent; does not wait.
+    pub fn close(&self, why: &str) {
+        let taken = {
+            let _sending = self.shared.sending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut entries = self.shared.entries();
+            self.shared.closed.store(true, Ordering::Relaxed);
+            std::mem::take(&mut *entries)
+        };
+        for e in taken.into_values() {
+            if let Some(hold) = e.hold.upgrade() {
+                hold.take_watchdog();
+                hold.mark_lost(why);
+            }
+        }
+        self.shared.wake.notify_one();
+        self.shared.landed.notify_waiters();
+    }
+
     /// Tests only: pause every renewal round of this client by `delay` before it is sent, and
     /// (`settle: false`) let releases go without waiting for renewals already on their way.
     pub fn set_test_knobs(&self, delay: Duration, settle: bool) {
@@ -220,6 +254,9 @@ async fn run(weak: Weak<Shared>, wake: Arc<Notify>, backend: Backend, opts: Arc<
     loop {
         let next = {
             let Some(shared) = weak.upgrade() else { return };
+            if shared.closed.load(Ordering::Relaxed) {
+                return; // closed: the task ends and lets go of its connection
+            }
             tick(&shared, &backend, &opts)
         };
         tokio::select! {
@@ -294,10 +331,15 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
     let t_send = Instant::now();
-    let outcomes = match &backend {
-        Backend::Single { conn, .. } => single_round(conn.clone(), &due).await,
-        Backend::Quorum(q) => q.clone().renew_round(&due).await,
+    let round = async {
+        match &backend {
+            Backend::Single { conn, .. } => single_round(conn.clone(), &due).await,
+            Backend::Quorum(q) => q.clone().renew_round(&due).await,
+        }
     };
+    // Closed meanwhile: send nothing (the holds were marked lost and forgotten by `close`).
+    let outcomes =
+        unless_closed(&shared, round).await.unwrap_or_else(|| due.iter().map(|_| Outcome::Failed).collect());
     let now = Instant::now();
     let mut noscript = false;
     {
@@ -341,6 +383,25 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
         let _ = EXTEND.prepare_invoke().load_async(&mut conn.clone()).await;
     }
     shared.wake.notify_one();
+}
+
+/// Runs `round` unless the client is closed. Its first poll, which hands its requests to the
+/// connection, happens under `sending` after a look at `closed`: a round either started before
+/// [`Watchdog::close`] returned, or sends nothing.
+async fn unless_closed<T>(shared: &Shared, round: impl Future<Output = T>) -> Option<T> {
+    let mut round = std::pin::pin!(round);
+    let mut first = true;
+    std::future::poll_fn(|cx| {
+        if std::mem::take(&mut first) {
+            let _sending = shared.sending.lock().unwrap_or_else(|p| p.into_inner());
+            if shared.closed.load(Ordering::Relaxed) {
+                return std::task::Poll::Ready(None);
+            }
+            return round.as_mut().poll(cx).map(Some);
+        }
+        round.as_mut().poll(cx).map(Some)
+    })
+    .await
 }
 
 /// One pipeline of owner-checked extends on a single server.
