@@ -157,12 +157,18 @@ impl NativeClient {
         Ok(self.client(py)?.is_redlock())
     }
 
-    /// Let go of this client's connections: later calls on it raise `ClosedError`. Locks and
-    /// holds already made keep working (they share the connections) until released or
-    /// collected. Closing twice is fine.
+    /// Close the client (core `Client::close`): a pending acquire of its locks raises
+    /// `ClosedError`, live holds become lost (callbacks run) and are left to expire with no
+    /// further renewal, and every later call on the client, its locks and holds raises
+    /// `ClosedError`. Never blocks; closing twice is fine.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let taken = self.inner.get(py)?.lock().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(move || drop(taken));
+        py.detach(move || {
+            if let Some(c) = &taken {
+                c.close();
+            }
+            drop(taken)
+        });
         Ok(())
     }
 

@@ -369,33 +369,3 @@ def test_a_wait_on_a_stopped_server_warns_and_says_why(servers: List[RedisServer
     assert "the last attempt failed: TIMEOUT" in str(e.value)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("keeps failing" in m for m in warned), warned
-
-
-def test_close_refuses_later_calls_and_keeps_holds(redis: RedisServer, name: str) -> None:
-    with ferrolock.Client.connect(redis.url) as client:
-        lock = client.lock(name, ttl=5)
-        held = lock.acquire()
-    # Closed at the end of the block: the client refuses, the lock and its hold keep working.
-    for call in (lambda: client.lock(name), lambda: client.inspect(name), lambda: client.force_unlock(name)):
-        with pytest.raises(ferrolock.ClosedError, match="the client was closed"):
-            call()
-    assert "closed" in repr(client)
-    other = ferrolock.Client.connect(redis.url)
-    assert other.inspect(name) is not None
-    held.extend(5)
-    held.release()
-    assert other.inspect(name) is None
-    client.close()  # idempotent
-
-
-def test_async_close(redis: RedisServer, name: str) -> None:
-    import asyncio
-
-    async def body() -> None:
-        async with await ferrolock.AsyncClient.connect(redis.url) as client:
-            held = await client.lock(name, ttl=5).acquire()
-        with pytest.raises(ferrolock.ClosedError):
-            await client.inspect(name)
-        await held.release()
-
-    asyncio.run(body())

@@ -117,9 +117,14 @@ class Client:
         return self._native.is_redlock
 
     def close(self) -> None:
-        """Let go of this client's connections: later calls on it raise ``ClosedError``. Locks
-        and holds already made keep working until they are released or collected. Idempotent;
-        ``with Client.connect(url) as client:`` closes at the end of the block."""
+        """Close the client and everything made from it; ``with Client.connect(url) as client:``
+        closes at the end of the block. Never blocks; idempotent; any thread may call it.
+
+        An ``acquire`` of its locks waiting in another thread or task raises ``ClosedError`` at
+        once. Live holds become lost (``on_lost`` callbacks run) and are *not* released: renewal
+        stops and the lease runs out. Every later call on the client, its locks and holds raises
+        ``ClosedError``. Release holds first if others should get them at once. Garbage
+        collection of a client closes nothing (docs/GUARANTEES.md, "Closing a client")."""
         self._native.close()
 
     def __enter__(self: _C) -> _C:
