@@ -83,8 +83,11 @@ export declare class Client {
    */
   forceUnlock(name: string | Buffer): Promise<LockInfo | null>
   /**
-   * Drop this handle's connection reference; later calls fail with `CLOSED`. Locks already
-   * made keep working (they share the connection) until they are released or collected.
+   * Close the client and everything made from it (no I/O; never blocks; idempotent): a
+   * pending `acquire` of its locks rejects with `CLOSED`, live holds become `lost` (their
+   * `signal` aborts, `onLost` runs) and are left to expire with no further renewal, and every
+   * later call on the client, its locks and holds fails with `CLOSED`. A collected client
+   * closes nothing (its locks keep working while referenced).
    */
   close(): void
 }

@@ -166,10 +166,15 @@ impl Client {
         })
     }
 
-    /// Drop this handle's connection reference; later calls fail with `CLOSED`. Locks already
-    /// made keep working (they share the connection) until they are released or collected.
+    /// Close the client and everything made from it (no I/O; never blocks; idempotent): a
+    /// pending `acquire` of its locks rejects with `CLOSED`, live holds become `lost` (their
+    /// `signal` aborts, `onLost` runs) and are left to expire with no further renewal, and every
+    /// later call on the client, its locks and holds fails with `CLOSED`. A collected client
+    /// closes nothing (its locks keep working while referenced).
     #[napi]
     pub fn close(&self) {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(c) = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            c.close();
+        }
     }
 }

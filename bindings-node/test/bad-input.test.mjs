@@ -87,15 +87,14 @@ test('options and arguments of the wrong shape', async () => {
   await assert.rejects(client.withLock('bad-shape', 'not a function'), { code: 'INVALID_ARGUMENT' });
 });
 
-test('a closed client is CLOSED; locks made before keep working', async () => {
+test('a closed client is CLOSED, and so are locks made before (test/close.test.mjs)', async () => {
   const c = await Client.connect(server.url);
   const lock = c.lock('closed-client', { ttl: 2000 });
   c.close();
   c.close();
   assert.throws(() => c.lock('x'), { code: 'CLOSED' });
   await assert.rejects(c.inspect('x'), { code: 'CLOSED' });
-  const h = await lock.acquire();
-  await h.release();
+  await assert.rejects(lock.acquire(), { code: 'CLOSED' });
 });
 
 test('passwords never appear in errors or util.inspect', async () => {
