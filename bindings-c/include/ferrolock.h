@@ -429,8 +429,37 @@ ferrolock_result ferrolock_client_is_redlock(const ferrolock_client *client,
                                              ferrolock_error **out_error);
 
 /**
- * Free a client handle. NULL, or a handle already freed, is a no-op. Locks and guards made
- * from it stay usable (they keep the connection alive) until they are freed too.
+ * Close a client and everything made from it (docs/GUARANTEES.md, "Closing a client"). Does
+ * no I/O and never blocks; any thread may call it, also from a ::ferrolock_lost_callback, and
+ * closing twice is fine.
+ *
+ * - An acquire of its locks waiting in another thread returns ::FERROLOCK_RESULT_CLOSED at once
+ *   (an attempt cut off in flight is undone, as after a cancellation).
+ * - Every live hold becomes ::FERROLOCK_LOCK_STATE_LOST (its loss callbacks run) and is **not
+ *   released**: no renewal is sent after this returns and the lease runs out on the server.
+ *   Release first if others should get the lock at once.
+ * - Every later call on the client, its locks and their guards (ferrolock_lock_new(),
+ *   ferrolock_client_inspect(), ferrolock_client_force_unlock(), ferrolock_lock_acquire(),
+ *   ferrolock_lock_try_acquire(), ferrolock_guard_release(), ferrolock_guard_extend()) returns
+ *   ::FERROLOCK_RESULT_CLOSED; ferrolock_guard_state() reports ::FERROLOCK_LOCK_STATE_LOST.
+ *
+ * The handles stay valid: free them as usual (ferrolock_client_free() alone closes nothing).
+ *
+ * @return ::FERROLOCK_RESULT_OK; ::FERROLOCK_RESULT_NULL_ARGUMENT for NULL,
+ *         ::FERROLOCK_RESULT_CLOSED for a freed handle.
+ *
+ * # Safety
+ * Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".
+ */
+ferrolock_result ferrolock_client_close(const ferrolock_client *client,
+                                        ferrolock_error **out_error);
+
+/**
+ * Free a client handle. NULL, or a handle already freed, is a no-op. This closes nothing:
+ * locks and guards made from it stay usable (they keep the connection alive) until they are
+ * freed too; once they all are, renewals stop and leases run out. To stop everything at once
+ * (a pending acquire in another thread, renewals of held locks), call ferrolock_client_close()
+ * first.
  */
 void ferrolock_client_free(ferrolock_client *client);
 

@@ -1067,6 +1067,183 @@ static void test_cancel_and_threads(void) {
   ferrolock_lock_free(b);
 }
 
+/* ---- ferrolock_client_close: pending acquires end, holds are lost and left to expire ---- */
+
+typedef struct {
+  ferrolock_lock *lock;
+  int64_t wait_ms;
+  ferrolock_result rc;
+  long long t_end;
+} close_waiter;
+
+static void *close_waiter_run(void *p) {
+  close_waiter *w = p;
+  ferrolock_guard *g = NULL;
+  w->rc = ferrolock_lock_acquire(w->lock, w->wait_ms, &g, NULL);
+  w->t_end = now_ms();
+  if (g != NULL) {
+    ferrolock_guard_release(g, NULL); /* control: the next waiter's turn */
+    ferrolock_guard_free(g);
+  }
+  return NULL;
+}
+
+static bool held_now(ferrolock_client *admin, const char *name) {
+  ferrolock_lock_info info;
+  OK(ferrolock_client_inspect(admin, (const uint8_t *)name, strlen(name), &info, &err));
+  return info.held;
+}
+
+static void *close_on_thread(void *p) {
+  EXPECT(FERROLOCK_RESULT_OK, ferrolock_client_close(p, &err));
+  return NULL;
+}
+
+typedef struct {
+  const ferrolock_client *client;
+  atomic_int closed;
+} close_box;
+
+static void on_lost_close(void *user_data, const ferrolock_error *error) {
+  close_box *b = user_data;
+  if (error == NULL) return;
+  if (ferrolock_client_close(b->client, NULL) == FERROLOCK_RESULT_OK &&
+      ferrolock_client_close(b->client, NULL) == FERROLOCK_RESULT_OK)
+    atomic_store(&b->closed, 1);
+}
+
+static void test_close(void) {
+  ferrolock_client *admin = connect_client();
+  /* 1. Pending acquires (unbounded and long waits) in other threads end with CLOSED at once
+   *    and never take the lock later; control: without the close they are granted. */
+  for (int close = 1; close >= 0; close--) {
+    const char *name = close ? "close-pending" : "close-pending-control";
+    ferrolock_lock *hl = new_lock(admin, name, 30000, FERROLOCK_RENEW_NEVER);
+    ferrolock_guard *held = acquire(hl, 0);
+    ferrolock_client *c = connect_client();
+    close_waiter w[2] = {{new_lock(c, name, 0, 0), -1, FERROLOCK_RESULT_OK, 0},
+                         {new_lock(c, name, 0, 0), 60000, FERROLOCK_RESULT_OK, 0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, close_waiter_run, &w[i]) == 0);
+    sleep_ms(300);
+    long long t_close = now_ms();
+    if (close) OK(ferrolock_client_close(c, &err));
+    sleep_ms(300);
+    OK(ferrolock_guard_release(held, &err)); /* free now: a live waiter would take it */
+    for (int i = 0; i < 2; i++) {
+      CHECK(pthread_join(t[i], NULL) == 0);
+      if (close) {
+        CHECK(w[i].rc == FERROLOCK_RESULT_CLOSED);
+        CHECK(w[i].t_end - t_close < 200);
+      } else {
+        CHECK(w[i].rc == FERROLOCK_RESULT_OK);
+      }
+      ferrolock_lock_free(w[i].lock);
+    }
+    sleep_ms(200);
+    CHECK(!held_now(admin, name));
+    ferrolock_guard_free(held);
+    ferrolock_lock_free(hl);
+    ferrolock_client_free(c);
+  }
+
+  /* 2. Close while held (watchdog-renewed, 600 ms lease): LOST at once with the callback, then
+   *    left to expire (a renewal after the close would keep it). Control: a client that is only
+   *    freed keeps renewing its hold. */
+  for (int close = 1; close >= 0; close--) {
+    const char *name = close ? "close-held" : "close-held-control";
+    ferrolock_client_options o = {0};
+    o.watchdog_ttl_ms = 600;
+    ferrolock_client *c = NULL;
+    OK(ferrolock_client_new(URL, strlen(URL), &o, &c, &err));
+    ferrolock_lock *l = new_lock(c, name, 0, 0);
+    ferrolock_guard *g = acquire(l, 0);
+    lost_box box = {0};
+    OK(ferrolock_guard_on_lost(g, on_lost, &box, &err));
+    sleep_ms(700);
+    CHECK(held_now(admin, name)); /* renewed past its first lease */
+    if (close) {
+      OK(ferrolock_client_close(c, &err));
+      OK(ferrolock_client_close(c, &err)); /* idempotent */
+      CHECK(state_of(g) == FERROLOCK_LOCK_STATE_LOST);
+      wait_calls(&box, 1);
+      CHECK(atomic_load(&box.code) == FERROLOCK_RESULT_LOST);
+    } else {
+      ferrolock_client_free(c);
+      c = NULL;
+    }
+    sleep_ms(1500);
+    if (close) {
+      CHECK(!held_now(admin, name)); /* no renewal after the close: the lease ran out */
+      uint64_t left = 99;
+      OK(ferrolock_guard_remaining_ms(g, &left, &err));
+      CHECK(left == 0);
+      EXPECT(FERROLOCK_RESULT_LOST, ferrolock_guard_ensure(g, 0, &err));
+    } else {
+      CHECK(held_now(admin, name)); /* control: still renewed */
+      CHECK(state_of(g) == FERROLOCK_LOCK_STATE_HELD);
+      OK(ferrolock_guard_release(g, &err));
+      wait_calls(&box, 1); /* the "ended without loss" call, before `box` goes out of scope */
+      CHECK(atomic_load(&box.saw_null) == 1);
+    }
+    ferrolock_guard_free(g);
+    ferrolock_lock_free(l);
+    ferrolock_client_free(c);
+  }
+
+  /* 3. Every call after close: CLOSED; the hold is not released (left to its lease). */
+  ferrolock_client *c = connect_client();
+  ferrolock_lock *l = new_lock(c, "close-after", 5000, FERROLOCK_RENEW_NEVER);
+  ferrolock_guard *g = acquire(l, 0);
+  ferrolock_guard *inner = acquire(l, 0);
+  OK(ferrolock_client_close(c, &err));
+  ferrolock_guard *out = NULL;
+  ferrolock_lock *out_lock = NULL;
+  ferrolock_lock_info info;
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_lock_acquire(l, -1, &out, &err));
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_lock_acquire(l, 0, &out, &err));
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_lock_try_acquire(l, &out, &err));
+  CHECK(out == NULL);
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_guard_release(inner, &err));
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_guard_extend(g, 5000, &err));
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_guard_release(g, &err));
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_lock_new(c, (const uint8_t *)"x", 1, NULL, &out_lock, &err));
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_client_inspect(c, (const uint8_t *)"x", 1, &info, &err));
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_client_force_unlock(c, (const uint8_t *)"x", 1, NULL, &err));
+  CHECK(state_of(g) == FERROLOCK_LOCK_STATE_LOST);
+  CHECK(count_of(g) == 0);
+  CHECK(held_now(admin, "close-after"));
+  EXPECT(FERROLOCK_RESULT_NULL_ARGUMENT, ferrolock_client_close(NULL, &err));
+  ferrolock_guard_free(inner);
+  ferrolock_guard_free(g);
+  ferrolock_lock_free(l);
+  ferrolock_client_free(c);
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_client_close(c, &err)); /* freed */
+
+  /* 4. Close from inside a loss callback, and from three threads at once: no deadlock. */
+  ferrolock_client_options o = {0};
+  o.watchdog_ttl_ms = 300;
+  OK(ferrolock_client_new(URL, strlen(URL), &o, &c, &err));
+  l = new_lock(c, "close-cb", 0, 0);
+  g = acquire(l, 0);
+  close_box cb = {c, 0};
+  OK(ferrolock_guard_on_lost(g, on_lost_close, &cb, &err));
+  OK(ferrolock_client_force_unlock(admin, (const uint8_t *)"close-cb", 8, NULL, &err));
+  for (int i = 0; i < 300 && atomic_load(&cb.closed) == 0; i++) sleep_ms(10);
+  CHECK(atomic_load(&cb.closed) == 1);
+  EXPECT(FERROLOCK_RESULT_CLOSED, ferrolock_client_inspect(c, (const uint8_t *)"x", 1, &info, &err));
+  ferrolock_guard_free(g);
+  ferrolock_lock_free(l);
+  ferrolock_client_free(c);
+
+  c = connect_client();
+  pthread_t closers[3];
+  for (int i = 0; i < 3; i++) CHECK(pthread_create(&closers[i], NULL, close_on_thread, c) == 0);
+  for (int i = 0; i < 3; i++) CHECK(pthread_join(closers[i], NULL) == 0);
+  ferrolock_client_free(c);
+  ferrolock_client_free(admin);
+}
+
 /* ---- Redlock: the same surface over a quorum of masters ---- */
 
 static void test_redlock(void) {
@@ -1504,6 +1681,7 @@ int main(void) {
       {"expire_extend_timeout", test_expire_extend_timeout},
       {"lost", test_lost},
       {"cancel_and_threads", test_cancel_and_threads},
+      {"close", test_close},
       {"fork", test_fork},
       {"inspect", test_inspect},
       {"redlock", test_redlock},
