@@ -152,7 +152,9 @@ func connect(ctx context.Context, urls []string, opts *ClientOptions, redlock bo
 	}
 	c := &Client{}
 	c.ptr = p
-	runtime.SetFinalizer(c, (*Client).Close)
+	// The finalizer only frees the handle: a collected Client closes nothing (its Locks and
+	// Helds keep working while referenced), as in the other languages.
+	runtime.SetFinalizer(c, (*Client).free)
 	return c, nil
 }
 
@@ -168,14 +170,29 @@ func (c *Client) IsRedlock() bool {
 	return bool(b)
 }
 
-// Close frees the client. Idempotent. Locks and held locks made from it stay usable until they
-// are closed too (they keep the connection alive).
+// Close closes the client and everything made from it, without blocking, then frees it
+// (docs/GUARANTEES.md, "Closing a client"). Idempotent; any goroutine may call it, also one
+// reading Lost() or Context() of one of its holds.
+//
+// An Acquire of its locks waiting in another goroutine returns an error matching ErrClosed at
+// once. Live holds become lost (Lost() is closed, Context() cancelled with a cause matching
+// ErrLost) and are not released: renewal stops and the lease runs out on the server; Release
+// first if others should get the lock at once. Every later call on the client, its Locks and
+// Helds returns an error matching ErrClosed. Garbage collection of a Client closes nothing.
 func (c *Client) Close() error {
 	if p := c.take(); p != nil {
+		C.ferrolock_client_close(p, nil)
 		C.ferrolock_client_free(p)
 		runtime.SetFinalizer(c, nil)
 	}
 	return nil
+}
+
+// free is the finalizer: it lets go of the handle without closing the client.
+func (c *Client) free() {
+	if p := c.take(); p != nil {
+		C.ferrolock_client_free(p)
+	}
 }
 
 // Lock makes a lock handle for name (any bytes; no I/O). Each handle has its own owner token:
