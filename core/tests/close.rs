@@ -317,3 +317,33 @@ async fn a_redlock_client_closes_the_same_way() {
     assert_eq!(own.state(), LockState::Lost);
     held.release().await.unwrap();
 }
+
+/// Once a closed client's objects are all dropped, its connections are gone from the server's
+/// client list (no task keeps them). Before that, a closed client's objects hold them open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_and_dropped_client_leaves_no_connection() {
+    let server = RedisServer::start();
+    let connected = || server.info_field("clients", "connected_clients").unwrap().parse::<u32>().unwrap();
+    let holder = connect(&server).await;
+    let other = holder.lock("busy", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let busy = other.acquire(None).await.unwrap();
+    let baseline = connected(); // the holder's connections and nothing else
+    let client = connect_with(&server, watchdog_opts(300)).await;
+    let lock = client.lock("conns", LockOptions::default()).unwrap();
+    let held = lock.acquire(None).await.unwrap();
+    let waiter = client.lock("busy", LockOptions::default()).unwrap();
+    let w = tokio::spawn(async move { waiter.acquire(None).await.map(drop) }); // subscribes
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(connected() > baseline);
+    client.close();
+    assert_eq!(w.await.unwrap().unwrap_err().kind(), ErrorKind::Closed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(connected() > baseline, "the closed client's objects still hold its connections");
+    drop((client, lock, held));
+    let t0 = Instant::now();
+    server.wait_for(Duration::from_secs(5), "the closed client's connections to go", |_| {
+        connected() == baseline
+    });
+    eprintln!("closed client's connections gone {:?} after its objects were dropped", t0.elapsed());
+    drop((busy, other, holder));
+}
