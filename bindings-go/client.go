@@ -41,7 +41,7 @@ type ClientOptions struct {
 }
 
 // Client is a connection to one Redis server, shared by the locks made from it. Safe for
-// concurrent use. Close it when done (a finalizer closes it otherwise).
+// concurrent use. Close it when done: the finalizer only frees the handle, and closes nothing.
 type Client struct {
 	mu  sync.Mutex
 	ptr *C.ferrolock_client // nil once closed

@@ -434,7 +434,8 @@ ferrolock_result ferrolock_client_is_redlock(const ferrolock_client *client,
  * closing twice is fine.
  *
  * - An acquire of its locks waiting in another thread returns ::FERROLOCK_RESULT_CLOSED at once
- *   (an attempt cut off in flight is undone, as after a cancellation).
+ *   (undone, as after a cancellation); one with a request in flight returns it when the reply
+ *   comes (at most the response timeout), releasing a grant that reply brings.
  * - Every live hold becomes ::FERROLOCK_LOCK_STATE_LOST (its loss callbacks run) and is **not
  *   released**: no renewal is sent after this returns and the lease runs out on the server.
  *   Release first if others should get the lock at once.

@@ -37,6 +37,8 @@ pub(crate) struct ClientInner {
     addr: String,
     /// `true` once [`Client::close`] ran: pending acquires end with `CLOSED`, new calls refuse.
     closed: tokio::sync::watch::Sender<bool>,
+    /// The same as a flag, read on every call (cheaper than the channel's lock).
+    closed_flag: std::sync::atomic::AtomicBool,
 }
 
 /// Where a client's locks live: one server (given directly or found through Sentinel), or a
@@ -221,6 +223,7 @@ impl Client {
                 secrets,
                 addr,
                 closed: tokio::sync::watch::Sender::new(false),
+                closed_flag: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -274,6 +277,7 @@ impl Client {
                 secrets,
                 addr,
                 closed: tokio::sync::watch::Sender::new(false),
+                closed_flag: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -349,8 +353,9 @@ impl Client {
     /// Does no I/O and never blocks; idempotent; may be called from any thread, also from a
     /// loss callback.
     ///
-    /// - Every acquire of its locks still waiting or in flight ends with [`ErrorKind::Closed`]
-    ///   (an attempt cut off in flight is undone by compare-and-delete, as after a cancellation).
+    /// - Every acquire of its locks still waiting ends with [`ErrorKind::Closed`] at once (undone
+    ///   as after a cancellation); one with a request in flight ends so when the reply comes (at
+    ///   most `response_timeout`), and a grant it brings back is released.
     /// - Every live hold becomes [`LockState::Lost`](crate::LockState::Lost) at once (its loss
     ///   callbacks run) and is **not released**: the watchdog stops, no renewal is sent from
     ///   now on, and the lease runs out on the server (as for a crashed holder).
@@ -361,15 +366,17 @@ impl Client {
     ///
     /// The connection itself closes when the last clone of the client, lock or guard is dropped.
     pub fn close(&self) {
-        if self.inner.closed.send_replace(true) {
+        // The flag first: whoever the channel wakes reads it set.
+        if self.inner.closed_flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
         }
+        self.inner.closed.send_replace(true);
         self.inner.watchdog.close("the client was closed");
     }
 
     /// Whether [`Client::close`] was called (on this client or any clone).
     pub fn is_closed(&self) -> bool {
-        *self.inner.closed.borrow()
+        self.inner.closed_flag.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// `Err(CLOSED)` once the client is closed.

@@ -125,17 +125,24 @@ impl Lock {
         timing::check_wait(wait)?;
         let client = &self.inner.client;
         client.check_open()?;
-        // (The acquire future is made here, not passed in: an async fn keeps its arguments for
-        // its whole life, which would hold a second copy of it; see hot_path.rs, "stay small".)
-        let r = tokio::select! {
-            biased;
-            () = client.closing() => return Err(crate::client::closed_error()),
-            r = self.acquire_open(wait) => r?,
-        };
+        // The waits inside end at a close; a request in flight is not watched (that would cost
+        // every uncontended acquire a registration): its reply settles it, see below.
+        let r = self.acquire_open(wait).await?;
         if client.is_closed() {
             return Err(self.undeliverable(Some(r)));
         }
         Ok(r)
+    }
+
+    /// `f`, or [`ErrorKind::Closed`] as soon as the client is closed: for the waits of an
+    /// acquire that may last (for the lock, a backoff, the fair queue's turn, a Redlock retry).
+    /// Dropping `f` undoes what it started, as for any cancelled acquire.
+    async fn or_closed<T>(&self, f: impl Future<Output = T>) -> Result<T> {
+        tokio::select! {
+            biased;
+            () = self.inner.client.closing() => Err(crate::client::closed_error()),
+            v = f => Ok(v),
+        }
     }
 
     /// The error of an acquire that returned `g` after the client was closed. Cut off by the
@@ -154,7 +161,7 @@ impl Lock {
         let c = &self.inner.client;
         let (conn, notifier) = match &c.inner.backend {
             Backend::Single { conn, notifier } => (conn, notifier),
-            Backend::Quorum(q) => return Box::pin(q.clone().acquire(self, deadline)).await,
+            Backend::Quorum(q) => return self.or_closed(Box::pin(q.clone().acquire(self, deadline))).await?,
         };
         // Fair mode: this handle queues once at a time; the undo of a queued acquire that gave
         // up comes first (a re-entry into a live hold needs no queue).
@@ -162,11 +169,11 @@ impl Lock {
         let turn = match fair && self.live_count() == 0 {
             false => None,
             true => {
-                let t = self.inner.queue_turn.clone().lock_owned();
+                let t = self.or_closed(self.inner.queue_turn.clone().lock_owned());
                 match deadline {
-                    None => Some(t.await),
+                    None => Some(t.await?),
                     Some(d) => {
-                        Some(tokio::time::timeout_at(d.into(), t).await.map_err(|_| self.timed_out())?)
+                        Some(tokio::time::timeout_at(d.into(), t).await.map_err(|_| self.timed_out())??)
                     }
                 }
             }
@@ -246,7 +253,7 @@ impl Lock {
                     if let Some(l) = left {
                         bound = bound.min(l);
                     }
-                    s.wait(bound).await;
+                    self.or_closed(s.wait(bound)).await?;
                     // Fair mode: a release handed the lock to this token after the last "held"
                     // reply, so its lease began after `t_held`: no round trip needed.
                     if let (Some(fence), Some(t)) = (s.take_grant(), t_held) {
@@ -281,7 +288,7 @@ impl Lock {
                         String::from_utf8_lossy(&self.inner.keys.name)
                     );
                 }
-                tokio::time::sleep(left.map_or(backoff, |l| l.min(backoff))).await;
+                self.or_closed(tokio::time::sleep(left.map_or(backoff, |l| l.min(backoff)))).await?;
                 backoff = (backoff * 2).min(Duration::from_millis(500));
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     // Quote the failure: a wait that ends on a server that cannot be
@@ -306,11 +313,8 @@ impl Lock {
     pub async fn try_acquire(&self) -> Result<Option<Guard>> {
         let client = &self.inner.client;
         client.check_open()?;
-        let r = tokio::select! {
-            biased;
-            () = client.closing() => return Err(crate::client::closed_error()),
-            r = self.try_acquire_open() => r?,
-        };
+        // One try: like a request in flight in `acquire`, its reply settles it.
+        let r = self.try_acquire_open().await?;
         if client.is_closed() {
             return Err(self.undeliverable(r));
         }
