@@ -185,6 +185,22 @@ impl Hold {
         self.tx.send_if_modified(|s| std::mem::replace(s, LockState::Held) != LockState::Held);
     }
 
+    /// An extend to a lease ending at `deadline` got no answer: the server may have run it, so
+    /// a shorter lease than the one held is taken as the local bound (and for renewals from
+    /// now); a longer one changes nothing. Renewals already sent no longer count (they may
+    /// have run first). The state is left as it is.
+    pub fn lease_unknown(&self, deadline: Instant, ttl: Duration) {
+        if self.tx.borrow().is_final() {
+            return;
+        }
+        let mut st = self.st();
+        if deadline < st.deadline {
+            st.deadline = deadline;
+            st.ttl = st.ttl.min(ttl);
+            st.lease_gen += 1;
+        }
+    }
+
     pub fn in_doubt(&self) {
         self.tx.send_if_modified(|s| {
             let change = *s == LockState::Held;

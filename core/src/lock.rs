@@ -1044,13 +1044,24 @@ impl Guard {
             Backend::Quorum(q) => return q.clone().extend(lock, &self.hold, ttl).await,
         };
         let t_send = Instant::now();
-        let r: i64 = scripts::EXTEND
+        let r: i64 = match scripts::EXTEND
             .key(&lock.inner.keys.hold)
             .arg(&*lock.inner.token)
             .arg(timing::millis(ttl))
             .invoke_async(&mut conn.clone())
             .await
-            .map_err(|e| c.error(&e))?;
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let e = c.error(&e);
+                if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Connection) {
+                    // Unanswered: a shorter lease may be in force on the server now.
+                    self.hold.lease_unknown(timing::deadline(&c.inner.opts, t_send, ttl), ttl);
+                    c.inner.watchdog.leased(&self.hold);
+                }
+                return Err(e);
+            }
+        };
         if r != 1 {
             lock.give_up(&self.hold, "extend found the lock expired or held by another owner");
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before extend"));

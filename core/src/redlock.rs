@@ -1073,6 +1073,9 @@ impl Quorum {
                 "the lease ran out before a quorum confirmed the extension",
             ));
         }
+        // Undecided: a shorter lease may be in force on the masters that ran it.
+        hold.lease_unknown(timing::deadline(&self.opts, t_send, ttl), ttl);
+        lock.inner.client.inner.watchdog.leased(hold);
         hold.in_doubt();
         Err(self.unreachable(ok + not_owner, "extend"))
     }

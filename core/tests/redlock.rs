@@ -1148,3 +1148,36 @@ async fn a_master_back_from_an_outage_answers_the_first_request() {
     let g = lock.try_acquire().await.expect("a quorum answered").expect("masters 0 and 2 granted");
     g.release().await.unwrap();
 }
+
+// An extend to a shorter lease that no quorum answered may still have run on the masters: the
+// guard takes the shorter lease as its bound (it kept the longer one before), so it does not read
+// "held" past what the masters may keep. Control: an unanswered longer extend changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unanswered_extend_to_a_shorter_lease_shortens_the_local_deadline() {
+    let servers = ferrolock_testkit::start_many(3);
+    let c = redlock_with(&servers, calm()).await;
+    let lock = c.lock("unanswered", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    for (ttl, bound) in [
+        (Duration::from_millis(400), Duration::from_millis(400)),
+        (Duration::from_secs(60), Duration::from_secs(10)),
+    ] {
+        let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        g.extend(Duration::from_secs(10)).await.unwrap(); // the script is in every server's cache
+        for s in &servers {
+            let _: () = s.cmd(&["CLIENT", "PAUSE", "600", "WRITE"]);
+        }
+        let e = g.extend(ttl).await.unwrap_err();
+        assert!(e.kind().is_transient(), "{e}");
+        let left = g.remaining();
+        assert!(
+            left <= bound && left > bound * 4 / 5 - Duration::from_millis(300),
+            "extend({ttl:?}) unanswered left {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1000)).await; // the pause ends, the extends run
+        if ttl < Duration::from_secs(10) {
+            assert_ne!(g.state(), LockState::Held, "the masters' lease has run out");
+            assert!(servers.iter().all(|s| !holds(s, "unanswered")), "control: the short extend ran late");
+        }
+        let _ = g.release().await;
+    }
+}

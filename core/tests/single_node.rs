@@ -442,6 +442,40 @@ async fn a_shorter_lease_shortens_the_local_deadline() {
     g.release().await.unwrap();
 }
 
+// An extend to a shorter lease that gets no answer may still have run on the server: the guard
+// takes the shorter lease as its bound, so it does not read "held" while another owner holds
+// the lock (it kept the longer one before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_extend_to_a_shorter_lease_shortens_the_local_deadline() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let lock = client.lock("unanswered", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    g.extend(Duration::from_secs(10)).await.unwrap(); // the script is in the server's cache
+    // The server holds the extend back past the client's 200 ms, then runs it.
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "400", "WRITE"]);
+    let e = g.extend(Duration::from_millis(300)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(
+        g.remaining() <= Duration::from_millis(300),
+        "left {:?} after the unanswered extend",
+        g.remaining()
+    );
+    let other = client.lock("unanswered", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let theirs = other.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    assert_ne!(g.state(), LockState::Held, "another owner holds the lock");
+    theirs.release().await.unwrap();
+
+    // Control: an unanswered extend to a longer lease keeps the bound it had.
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "400", "WRITE"]);
+    let e = g.extend(Duration::from_secs(60)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    let left = g.remaining();
+    assert!(left > Duration::from_secs(9) && left <= Duration::from_secs(10), "left {left:?}");
+    g.release().await.unwrap();
+}
+
 // A wait that ends while the server does not answer says so (it used to read "the wait elapsed
 // before the lock was free", as if another owner held it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
