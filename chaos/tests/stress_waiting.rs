@@ -86,6 +86,14 @@ struct Rec {
     ttl: Duration,
     guards: Mutex<Vec<Weak<Guard>>>,
     st: Mutex<RecSt>,
+    /// What its owner did with it (printed with a violation).
+    log: Mutex<Vec<String>>,
+}
+
+impl Rec {
+    fn note(&self, what: impl Into<String>) {
+        self.log.lock().unwrap().push(format!("+{:?} {}", self.start.elapsed(), what.into()));
+    }
 }
 
 #[derive(Default)]
@@ -206,12 +214,15 @@ impl World {
                     ttl,
                     guards: Mutex::new(Vec::new()),
                     st: Mutex::new(RecSt::default()),
+                    log: Mutex::new(Vec::new()),
                 })
             };
             match recs.get(&(handle, fence)) {
-                // Open: a re-entry into it. Let go of: the same server hold taken up again (a
-                // dropped guard's lease had not run out), a new hold in its owner's view.
-                Some(r) if r.st.lock().unwrap().own_until.is_none() => r.clone(),
+                // Open, and a guard one level deeper: a re-entry into it. A guard of count 1 with
+                // the same fence, or one let go of: the same server hold taken up again by a new
+                // hold of the handle (the old one had run out locally, or its guard was dropped,
+                // while the server still kept it): a new hold in its owner's view.
+                Some(r) if r.st.lock().unwrap().own_until.is_none() && g.count() > 1 => r.clone(),
                 old => {
                     if let Some(old) = old {
                         // The handle gives up its old hold for the new one (superseded).
@@ -251,8 +262,13 @@ impl World {
                 self.violation(
                     "exclusion",
                     format!(
-                        "n{name}: handle {handle} fence {fence} granted while handle {} fence {} is valid ({why})",
-                        o.handle, o.fence
+                        "n{name}: handle {handle} fence {fence} granted while handle {} fence {} is valid ({why}); \
+                         it: {:?} after {:?}; the other: {:?}",
+                        o.handle,
+                        o.fence,
+                        rec.log.lock().unwrap(),
+                        rec.start.elapsed(),
+                        o.log.lock().unwrap()
                     ),
                 );
             }
@@ -342,7 +358,13 @@ async fn task(ctx: Arc<Ctx>, client: usize, idx: usize) {
                 3 => {
                     if let Some((g, r)) = held.last() {
                         let t = Duration::from_millis([150, 400, 1000][rng.below(3) as usize]);
+                        let t1 = Instant::now();
                         let res = g.extend(t).await;
+                        r.note(format!(
+                            "extend({t:?}) -> {res:?} in {:?}, left {:?}",
+                            t1.elapsed(),
+                            g.remaining()
+                        ));
                         w.bump(if res.is_ok() { "extend ok" } else { "extend err" });
                         r.observe(g);
                     }
@@ -351,11 +373,13 @@ async fn task(ctx: Arc<Ctx>, client: usize, idx: usize) {
                     // Release or drop an inner level (a later grant's levels may be the outer ones).
                     let i = rng.below(held.len() as u64) as usize;
                     if held.iter().filter(|(_, r)| Arc::ptr_eq(r, &held[i].1)).count() > 1 {
-                        let (g, _) = held.remove(i);
+                        let (g, r) = held.remove(i);
                         if rng.chance(50) {
-                            let _ = g.release().await;
+                            let res = g.release().await;
+                            r.note(format!("inner release -> {res:?}"));
                             w.bump("inner release");
                         } else {
+                            r.note("inner drop");
                             w.bump("inner drop");
                         }
                     }
@@ -371,13 +395,19 @@ async fn task(ctx: Arc<Ctx>, client: usize, idx: usize) {
             let last = !held.iter().any(|(_, r)| Arc::ptr_eq(r, &rec));
             let t0 = Instant::now();
             let how = if calm(&ctx) { 5 } else { rng.below(10) };
+            rec.note(format!(
+                "let go: how {how}, last {last}, state {:?}, left {:?}",
+                g.state(),
+                g.remaining()
+            ));
             match how {
                 0..=1 => {
                     if last {
-                        let valid = matches!(g.state(), LockState::Held | LockState::InDoubt);
-                        let until = Instant::now() + if valid { g.remaining() } else { Duration::ZERO };
+                        // A dropped guard reports nothing: its owner no longer counts on the
+                        // hold (the handle's next undo may delete it). The server keeps it
+                        // until its lease runs out at the latest (`close`).
                         rec.observe(&g);
-                        rec.st.lock().unwrap().own_until = Some(until);
+                        rec.st.lock().unwrap().own_until = Some(t0);
                         drop(g);
                         rec.close(false, t0);
                         w.bump("drop");
@@ -504,6 +534,13 @@ async fn acquire_once(
             w.bump(if reentry { "reentry" } else { "granted" });
             let g = Arc::new(g);
             let r = w.granted(name, handle, call, start, ttl, &g);
+            r.note(format!(
+                "{} granted by call {call} (kind {kind}, wait {wait:?}, took {:?}, ttl {ttl:?}, count {}, left {:?})",
+                if reentry { "re-entry" } else { "acquire" },
+                start.elapsed(),
+                g.count(),
+                g.remaining()
+            ));
             if reentry && !held.iter().any(|(_, o)| Arc::ptr_eq(o, &r)) {
                 w.bump("reentry fresh"); // the earlier hold was lost meanwhile
             }
@@ -622,6 +659,7 @@ async fn sabotage(ctx: Arc<Ctx>, server: Arc<RedisServer>) {
             ret,
             ttl: Duration::from_millis(6000),
             guards: Mutex::new(Vec::new()),
+            log: Mutex::new(Vec::new()),
             st: Mutex::new(RecSt {
                 own_until: Some(start + Duration::from_millis(5900)),
                 max_deadline: Some(start + Duration::from_millis(5900)),
