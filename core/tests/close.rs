@@ -4,38 +4,17 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
 use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState};
 
-/// Every command the server runs, as `MONITOR` prints it, with the instant it was read.
-struct Monitor {
-    lines: Arc<Mutex<Vec<(Instant, String)>>>,
+/// Renewals seen by the shared [`Monitor`].
+trait Renewals {
+    fn renewals_after(&self, name: &str, since: Instant) -> usize;
 }
 
-impl Monitor {
-    fn start(server: &RedisServer) -> Monitor {
-        let mut s = TcpStream::connect(("127.0.0.1", server.port())).expect("monitor connection");
-        s.write_all(b"MONITOR\r\n").unwrap();
-        let mut reader = BufReader::new(s);
-        let mut ok = String::new();
-        reader.read_line(&mut ok).unwrap();
-        assert_eq!(ok.trim(), "+OK");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in reader.lines() {
-                let Ok(line) = line else { return };
-                sink.lock().unwrap().push((Instant::now(), line));
-            }
-        });
-        Monitor { lines }
-    }
-
+impl Renewals for Monitor {
     /// Renewals of lock `name` (the owner-checked extend: one key, no fence key, no channel)
     /// that the server ran after `since`.
     fn renewals_after(&self, name: &str, since: Instant) -> usize {

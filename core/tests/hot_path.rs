@@ -4,43 +4,24 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, connect_with, fast_opts};
+use common::{Monitor, RedisServer, connect_with, fast_opts};
 use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions};
 
-/// Every command the server runs, as `MONITOR` prints it (a background thread reads them).
-struct Monitor {
-    lines: Arc<Mutex<Vec<String>>>,
+/// What hot-path tests read from the shared [`Monitor`].
+trait Senders {
+    fn senders(&self, parts: &[&str]) -> Vec<String>;
+    fn wait_for(&self, parts: &[&str], n: usize) -> Vec<String>;
 }
 
-impl Monitor {
-    fn start(server: &RedisServer) -> Monitor {
-        let mut s = TcpStream::connect(("127.0.0.1", server.port())).expect("monitor connection");
-        s.write_all(b"MONITOR\r\n").unwrap();
-        let mut reader = BufReader::new(s);
-        let mut ok = String::new();
-        reader.read_line(&mut ok).unwrap();
-        assert_eq!(ok.trim(), "+OK");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in reader.lines() {
-                let Ok(line) = line else { return };
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Monitor { lines }
-    }
-
+impl Senders for Monitor {
     /// The client address (`ip:port`) of each command line containing all of `parts`.
     fn senders(&self, parts: &[&str]) -> Vec<String> {
         let lines = self.lines.lock().unwrap();
         lines
             .iter()
+            .map(|(_, l)| l)
             .filter(|l| parts.iter().all(|p| l.contains(p)))
             .filter_map(|l| Some(l.split_once(" [")?.1.split_once(']')?.0.split(' ').nth(1)?.to_owned()))
             .collect()
