@@ -36,9 +36,9 @@ pub(crate) struct ClientInner {
     secrets: Vec<String>,
     addr: String,
     /// `true` once [`Client::close`] ran: pending acquires end with `CLOSED`, new calls refuse.
-    closed: tokio::sync::watch::Sender<bool>,
-    /// The same as a flag, read on every call (cheaper than the channel's lock).
-    closed_flag: std::sync::atomic::AtomicBool,
+    closed: std::sync::atomic::AtomicBool,
+    /// Woken by [`Client::close`]: the waits of pending acquires listen on it.
+    closing: tokio::sync::Notify,
 }
 
 /// Where a client's locks live: one server (given directly or found through Sentinel), or a
@@ -222,8 +222,8 @@ impl Client {
                 hot,
                 secrets,
                 addr,
-                closed: tokio::sync::watch::Sender::new(false),
-                closed_flag: std::sync::atomic::AtomicBool::new(false),
+                closed: std::sync::atomic::AtomicBool::new(false),
+                closing: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -276,8 +276,8 @@ impl Client {
                 hot: None,
                 secrets,
                 addr,
-                closed: tokio::sync::watch::Sender::new(false),
-                closed_flag: std::sync::atomic::AtomicBool::new(false),
+                closed: std::sync::atomic::AtomicBool::new(false),
+                closing: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -366,17 +366,17 @@ impl Client {
     ///
     /// The connection itself closes when the last clone of the client, lock or guard is dropped.
     pub fn close(&self) {
-        // The flag first: whoever the channel wakes reads it set.
-        if self.inner.closed_flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        // The flag first: whoever is woken reads it set.
+        if self.inner.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        self.inner.closed.send_replace(true);
+        self.inner.closing.notify_waiters();
         self.inner.watchdog.close("the client was closed");
     }
 
     /// Whether [`Client::close`] was called (on this client or any clone).
     pub fn is_closed(&self) -> bool {
-        self.inner.closed_flag.load(std::sync::atomic::Ordering::SeqCst)
+        self.inner.closed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// `Err(CLOSED)` once the client is closed.
@@ -386,8 +386,13 @@ impl Client {
 
     /// Resolves once the client is closed.
     pub(crate) async fn closing(&self) {
-        let mut rx = self.inner.closed.subscribe();
-        let _ = rx.wait_for(|c| *c).await;
+        let notified = self.inner.closing.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read: a close in between still wakes this waiter.
+        notified.as_mut().enable();
+        if !self.is_closed() {
+            notified.await;
+        }
     }
 
     /// Whether this client locks by quorum over several masters ([`Client::connect_redlock`]).
