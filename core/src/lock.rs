@@ -170,12 +170,7 @@ impl Lock {
             false => None,
             true => {
                 let t = self.or_closed(self.inner.queue_turn.clone().lock_owned());
-                match deadline {
-                    None => Some(t.await?),
-                    Some(d) => {
-                        Some(tokio::time::timeout_at(d.into(), t).await.map_err(|_| self.timed_out())??)
-                    }
-                }
+                Some(self.by_deadline(deadline, t).await??)
             }
         };
         let mut queued = Queued { lock: self.clone(), turn, armed: false };
@@ -210,7 +205,7 @@ impl Lock {
             };
             // `Some`: this try failed in a way worth trying again (a server that cannot be
             // reached, a grant not replicated, a SUBSCRIBE lost with its connection).
-            let failed = match self.attempt(queue_ms).await {
+            let failed = match self.attempt(queue_ms, deadline).await {
                 Ok(Attempt::Granted(g)) => {
                     if let Some(s) = sub.as_mut() {
                         s.granted(); // the wake this waiter holds, if any, led to this grant
@@ -324,7 +319,7 @@ impl Lock {
     async fn try_acquire_open(&self) -> Result<Option<Guard>> {
         if let Backend::Quorum(q) = &self.inner.client.inner.backend {
             loop {
-                return match q.clone().attempt(self).await? {
+                return match q.clone().attempt(self, None).await? {
                     crate::redlock::Round::Granted(g) => Ok(Some(g)),
                     crate::redlock::Round::Unreachable(e) => Err(e),
                     // The old hold was lost; this attempt was a re-entry: try once afresh.
@@ -333,7 +328,7 @@ impl Lock {
                 };
             }
         }
-        match self.attempt(None).await? {
+        match self.attempt(None, None).await? {
             Attempt::Granted(g) => Ok(Some(g)),
             Attempt::Held { .. } | Attempt::Expired => Ok(None),
         }
@@ -405,14 +400,32 @@ impl Lock {
         }
     }
 
+    /// `f`, given up with [`ErrorKind::AcquireTimeout`] at `deadline` (the end of a wait).
+    async fn by_deadline<T>(&self, deadline: Option<Instant>, f: impl Future<Output = T>) -> Result<T> {
+        match deadline {
+            None => Ok(f.await),
+            Some(d) => tokio::time::timeout_at(d.into(), f).await.map_err(|_| self.timed_out()),
+        }
+    }
+
+    /// This handle's op lock for an attempt of a wait that ends at `deadline`: a round trip of
+    /// this handle still under way (a background undo, a release on another task) is waited for
+    /// no longer than the wait itself, so a bounded acquire ends by its deadline.
+    pub(crate) async fn op_until(&self, deadline: Option<Instant>) -> Result<OwnedMutexGuard<()>> {
+        match self.inner.op.clone().try_lock_owned() {
+            Ok(op) => Ok(op),
+            Err(_) => self.by_deadline(deadline, self.inner.op.clone().lock_owned()).await,
+        }
+    }
+
     /// One acquire script call; `queue_ms` (fair mode): join the queue for that long if held.
-    async fn attempt(&self, queue_ms: Option<u64>) -> Result<Attempt> {
+    async fn attempt(&self, queue_ms: Option<u64>, deadline: Option<Instant>) -> Result<Attempt> {
         let inner = &self.inner;
         let c = &inner.client.inner;
         let Backend::Single { conn, .. } = &c.backend else {
             return Err(Error::new(ErrorKind::Internal, "single-node attempt on a Redlock client"));
         };
-        let op = inner.op.clone().lock_owned().await;
+        let op = self.op_until(deadline).await?;
         let prior = self.live_level();
         // If this future is dropped mid-flight, or the outcome is unknown, undo whatever the
         // script may have done with this token.

@@ -579,10 +579,10 @@ impl Quorum {
 
     // ---- acquire ----
 
-    /// One acquire round for `lock` (with its op lock taken here).
-    pub async fn attempt(self: Arc<Self>, lock: &Lock) -> Result<Round> {
+    /// One acquire round for `lock` (with its op lock taken here, waited for until `deadline`).
+    pub async fn attempt(self: Arc<Self>, lock: &Lock, deadline: Option<Instant>) -> Result<Round> {
         let inner = &lock.inner;
-        let _op = inner.op.clone().lock_owned().await;
+        let _op = lock.op_until(deadline).await?;
         let prior = lock.live_count();
         let max = self.opts.max_reentrancy;
         if prior >= max {
@@ -837,7 +837,7 @@ impl Quorum {
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let bound = |d: Duration| left.map_or(d, |l| l.min(d));
-            match self.clone().attempt(lock).await? {
+            match self.clone().attempt(lock, deadline).await? {
                 Round::Granted(g) => return Ok(g),
                 Round::Superseded => continue,
                 // The round used up the validity: the masters are slow against the TTL. Spread

@@ -709,6 +709,32 @@ async fn reentrancy_and_non_owner_over_quorum() {
     theirs.release().await.unwrap();
 }
 
+// A bounded acquire ends by its deadline even while a release of the same handle (another
+// task) is still waiting for stalled masters: it used to wait for that round trip first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bounded_acquire_does_not_wait_out_a_release_in_flight() {
+    let servers = start_many(3);
+    let mut opts = ClientOptions::default();
+    opts.redlock_node_timeout = Duration::from_secs(3);
+    let client = redlock_with(&servers, opts).await;
+    let lock = client.lock("op-wait", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let g = lock.acquire(None).await.unwrap();
+    for s in &servers {
+        let _: () = s.cmd(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    }
+    let release = tokio::spawn(async move { g.release().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!release.is_finished(), "the release should still be in flight");
+    let t0 = Instant::now();
+    let err = lock.acquire(Some(Duration::from_millis(200))).await.unwrap_err();
+    let took = t0.elapsed();
+    assert_eq!(err.kind(), ErrorKind::AcquireTimeout, "{err}");
+    assert!(took < Duration::from_millis(1000), "a 200 ms wait took {took:?}");
+    release.await.unwrap().unwrap();
+    no_hold_left(&servers, "op-wait").await;
+    lock.acquire(Some(Duration::from_secs(5))).await.unwrap().release().await.unwrap();
+}
+
 // Cancellation and unknown outcomes: an acquire dropped mid-round leaves no hold on any master,
 // and a granted validity never exceeds what the masters will keep (B12/B13).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

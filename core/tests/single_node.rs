@@ -656,6 +656,31 @@ async fn cancelled_acquire_leaves_no_ghost() {
     lock.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
 }
 
+// 8c. A bounded acquire ends by its deadline even while this handle's undo of a cancelled
+// acquire is still waiting for a stalled server: it used to wait for the undo first (up to the
+// response timeout per request) and could overrun its wait many times over.
+#[tokio::test]
+async fn bounded_acquire_does_not_wait_out_a_background_undo() {
+    let server = RedisServer::start();
+    let mut opts = ClientOptions::default();
+    opts.response_timeout = Duration::from_secs(3);
+    let client = connect_with(&server, opts).await;
+    let lock = client.lock("undo-wait", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    lock.acquire(None).await.unwrap().release().await.unwrap(); // scripts loaded, connection up
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "1500", "ALL"]);
+    let r = tokio::time::timeout(Duration::from_millis(100), lock.try_acquire()).await;
+    assert!(r.is_err(), "the acquire should still be in flight");
+    // Its undo now holds the handle's op lock until the server answers (after the pause).
+    let t0 = Instant::now();
+    let err = lock.acquire(Some(Duration::from_millis(200))).await.unwrap_err();
+    let took = t0.elapsed();
+    assert_eq!(err.kind(), ErrorKind::AcquireTimeout, "{err}");
+    assert!(took < Duration::from_millis(1000), "a 200 ms wait took {took:?}");
+    // After the pause the handle works and nothing was left behind.
+    lock.acquire(Some(Duration::from_secs(5))).await.unwrap().release().await.unwrap();
+    assert!(client.inspect("undo-wait").await.unwrap().is_none());
+}
+
 // URL schemes are case-insensitive (RFC 3986), as the Sentinel and Cluster ones already were:
 // `REDIS://` used to be refused as an unsupported scheme.
 #[tokio::test]
