@@ -11,7 +11,7 @@ use crate::{StatusArgs, UnlockArgs};
 
 pub async fn status(client: &Client, a: StatusArgs) -> Result<u8, Fail> {
     let name = a.name.as_bytes();
-    let shown = String::from_utf8_lossy(name);
+    let shown = crate::shown(name);
     let doing = format!("cannot read lock {shown}");
     let info = client.inspect(name).await.map_err(|e| Fail::core(&doing, &e))?;
     let last = client.last_fence(name).await.map_err(|e| Fail::core(&doing, &e))?;
@@ -26,7 +26,7 @@ pub async fn status(client: &Client, a: StatusArgs) -> Result<u8, Fail> {
             ),
             json_str(&shown),
             info.is_some(),
-            opt(info.as_ref().map(|i| json_str(&String::from_utf8_lossy(&i.owner)))),
+            opt(info.as_ref().map(|i| json_str(&crate::shown(&i.owner)))),
             info.as_ref().map_or(0, |i| i.count),
             opt(info.as_ref().map(|i| i.fence.to_string())),
             opt(info.as_ref().and_then(|i| i.ttl).map(|t| t.as_millis().to_string())),
@@ -37,7 +37,7 @@ pub async fn status(client: &Client, a: StatusArgs) -> Result<u8, Fail> {
         match &info {
             Some(i) => {
                 let _ = writeln!(out, "state: held");
-                let _ = writeln!(out, "owner: {}", String::from_utf8_lossy(&i.owner));
+                let _ = writeln!(out, "owner: {}", crate::shown(&i.owner));
                 let _ = writeln!(out, "count: {}", i.count);
                 let _ = writeln!(out, "fence: {}", i.fence);
                 let _ = writeln!(out, "ttl: {}", i.ttl.map_or_else(|| "none (no expiry)".to_owned(), human));
@@ -54,13 +54,13 @@ pub async fn status(client: &Client, a: StatusArgs) -> Result<u8, Fail> {
 
 pub async fn unlock(client: &Client, a: UnlockArgs) -> Result<u8, Fail> {
     let name = a.name.as_bytes();
-    let shown = String::from_utf8_lossy(name);
+    let shown = crate::shown(name);
     let removed =
         client.force_unlock(name).await.map_err(|e| Fail::core(&format!("cannot unlock {shown}"), &e))?;
     match removed {
         Some(i) => out!(
             "removed the hold on {shown}: owner {}, count {}, fence {}",
-            String::from_utf8_lossy(&i.owner),
+            crate::shown(&i.owner),
             i.count,
             i.fence
         ),

@@ -21,7 +21,7 @@ use crate::spinner;
 /// `signals` were taken since before the runtime started (see signals.rs).
 pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -> Result<u8, Fail> {
     let name = a.name.as_bytes().to_vec();
-    let shown = String::from_utf8_lossy(&name).into_owned();
+    let shown = crate::shown(&name);
     let opts = match a.ttl {
         Some(ttl) => LockOptions::renewing(ttl),
         None => LockOptions::default(), // the client's watchdog lease (30 s), renewed

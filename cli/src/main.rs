@@ -26,6 +26,19 @@ mod server;
 mod signals;
 mod spinner;
 
+/// Bytes for display: valid UTF-8 as it is, any other byte as `\xNN` (lock names and owners
+/// are binary-safe; replacing bad bytes with U+FFFD would show two names alike).
+pub fn shown(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -219,5 +232,15 @@ async fn run(cli: Cli, signals: Option<Signals>) -> Result<u8, Fail> {
         (Command::Exec(_), None) => Err(Fail::new(code::FAILURE, "exec without its signals".to_owned())),
         (Command::Status(a), _) => admin::status(&server::connect(&servers).await?, a).await,
         (Command::Unlock(a), _) => admin::unlock(&server::connect(&servers).await?, a).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn shown_keeps_utf8_and_escapes_other_bytes() {
+        assert_eq!(super::shown("é-1".as_bytes()), "é-1");
+        assert_eq!(super::shown(b"a\xff\xfe"), "a\\xff\\xfe");
+        assert_ne!(super::shown(b"a\xff"), super::shown(b"a\xfe"));
     }
 }

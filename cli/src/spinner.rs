@@ -23,7 +23,7 @@ pub async fn waiting(client: Client, name: Vec<u8>, quiet: bool) -> Infallible {
     }
     let start = Instant::now();
     tokio::time::sleep(QUIET_START).await;
-    let shown = String::from_utf8_lossy(&name).into_owned();
+    let shown = crate::shown(&name);
     let _clear = ClearOnDrop;
     let mut holder: Option<(LockInfo, Instant)> = None;
     let mut fetched: Option<Instant> = None;
@@ -40,7 +40,7 @@ pub async fn waiting(client: Client, name: Vec<u8>, quiet: bool) -> Infallible {
         }
         let who = match &holder {
             Some((i, at)) => {
-                let owner = String::from_utf8_lossy(&i.owner);
+                let owner = crate::shown(&i.owner);
                 let owner: String = owner.chars().take(8).collect();
                 let lease = match i.ttl {
                     Some(t) => format!("lease ends in {}", human(t.saturating_sub(at.elapsed()))),

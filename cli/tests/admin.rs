@@ -80,6 +80,25 @@ fn status_and_forced_unlock_report_the_hold() {
     assert_eq!(stdout(&out).trim(), "report was not held: nothing removed");
 }
 
+// Lock names are binary-safe: a name that is not UTF-8 is shown with its bad bytes as `\xNN`
+// (it used to be shown with U+FFFD, so two different names read alike).
+#[test]
+fn names_that_are_not_utf8_are_shown_byte_for_byte() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let server = RedisServer::start();
+    let (a, b) = (OsStr::from_bytes(b"caf\xe9"), OsStr::from_bytes(b"caf\xff"));
+    let out = output(on(&server).arg("exec").arg(a).args(["--", "true"]));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    let out = output(on(&server).arg("status").arg(a));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).starts_with("name: caf\\xe9\nstate: free\nlast_fence: "), "{}", stdout(&out));
+    let out = output(on(&server).args(["status", "--json"]).arg(b));
+    assert!(stdout(&out).starts_with("{\"name\":\"caf\\\\xff\",\"held\":false,"), "{}", stdout(&out));
+    let out = output(on(&server).args(["unlock", "--force"]).arg(b));
+    assert_eq!(stdout(&out).trim(), "caf\\xff was not held: nothing removed");
+}
+
 #[test]
 fn bad_durations_are_refused_with_one_line_and_code_2() {
     let server = RedisServer::start();
