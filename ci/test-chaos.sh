@@ -11,8 +11,11 @@ root=$PWD
 bash ci/setup.sh
 MATURIN_VERSION=1.16.0   # the version ci/test-python.sh installs
 
-echo "test-chaos: building the suite (debug profile, shared with cargo test)" >&2
-cargo build --quiet -p ferrolock-chaos --bins
+# Built as `cargo test --workspace` (ci/test.sh) builds it: the same features, so after that
+# step this is a no-op (`cargo build -p ferrolock-chaos` alone resolves features differently
+# and recompiled redis and the core).
+echo "test-chaos: building the suite (debug profile, shared with cargo test --workspace)" >&2
+cargo test --workspace --no-run --quiet
 
 args=(--mode short --out "$root/target/chaos/short")
 
