@@ -38,8 +38,16 @@ struct Shared {
     delay_us: AtomicU64,
     stop: AtomicBool,
     gate: Mutex<Gate>,
-    /// One shot: the next client chunk holding these bytes closes its connection instead.
-    cut_on: Mutex<Option<Vec<u8>>>,
+    /// One shot: the next client chunk holding these bytes closes its connection instead
+    /// ([`Trip::Cut`]) or turns the blackhole on and is held by it ([`Trip::Hold`]).
+    cut_on: Mutex<Option<(Vec<u8>, Trip)>>,
+}
+
+/// What a client chunk holding the watched bytes does to the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trip {
+    Cut,
+    Hold,
 }
 
 /// What a blackhole holds back.
@@ -140,10 +148,17 @@ impl DelayProxy {
     /// Close the connection (both ways, unforwarded) whose client next sends a chunk holding
     /// `bytes` (e.g. `b"SUBSCRIBE"`): a link that breaks just as that command goes out. Once.
     pub fn cut_when_sent(&self, bytes: &[u8]) {
-        *self.shared.cut_on.lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes.to_vec());
+        *self.shared.cut_on.lock().unwrap_or_else(|p| p.into_inner()) = Some((bytes.to_vec(), Trip::Cut));
     }
 
-    /// Whether a [`Self::cut_when_sent`] has yet to trip.
+    /// Turn the blackhole on when a client next sends a chunk holding `bytes`, that chunk held
+    /// first: a server that stops answering just as that command goes out (lift it with
+    /// [`Self::set_blackhole`]`(false)`). Once.
+    pub fn hold_when_sent(&self, bytes: &[u8]) {
+        *self.shared.cut_on.lock().unwrap_or_else(|p| p.into_inner()) = Some((bytes.to_vec(), Trip::Hold));
+    }
+
+    /// Whether a [`Self::cut_when_sent`] or [`Self::hold_when_sent`] has yet to trip.
     pub fn cut_pending(&self) -> bool {
         self.shared.cut_on.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
@@ -220,9 +235,13 @@ fn pump(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>, upstream: bool) {
             match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    if upstream && cut(&delay, &buf[..n]) {
-                        let _ = from.shutdown(Shutdown::Both);
-                        break; // the writer then closes the upstream side
+                    match upstream.then(|| trip(&delay, &buf[..n])).flatten() {
+                        Some(Trip::Cut) => {
+                            let _ = from.shutdown(Shutdown::Both);
+                            break; // the writer then closes the upstream side
+                        }
+                        Some(Trip::Hold) => delay.gate().blackholed = true, // this chunk is held
+                        None => {}
                     }
                     let due = monotonic_ns() + delay.delay_us.load(Ordering::Relaxed) * 1000;
                     if tx.send((due, buf[..n].to_vec())).is_err() {
@@ -264,11 +283,11 @@ fn pump(mut from: TcpStream, to: TcpStream, sh: Arc<Shared>, upstream: bool) {
     });
 }
 
-/// Whether `chunk` trips the one-shot cut (and disarms it).
-fn cut(sh: &Shared, chunk: &[u8]) -> bool {
+/// What `chunk` trips, if it holds the one-shot's bytes (which it then disarms).
+fn trip(sh: &Shared, chunk: &[u8]) -> Option<Trip> {
     let mut on = sh.cut_on.lock().unwrap_or_else(|p| p.into_inner());
-    let hit = on.as_ref().is_some_and(|p| chunk.windows(p.len()).any(|w| w == &p[..]));
-    if hit {
+    let hit = on.as_ref().filter(|(p, _)| chunk.windows(p.len()).any(|w| w == &p[..])).map(|&(_, t)| t);
+    if hit.is_some() {
         *on = None;
     }
     hit

@@ -444,6 +444,46 @@ fn b_core_a_subscribe_lost_with_its_connection_does_not_end_the_wait() {
     waiter_subscribe_on_a_link(true).expect("acquire after the release");
 }
 
+/// A bounded acquire whose SUBSCRIBE gets no answer (the server stops answering as it goes out)
+/// ends at its deadline: the SUBSCRIBE used to be waited for until the response timeout (3 s
+/// here), ten times the 300 ms wait. `stall` = false is the control.
+fn wait_while_subscribe_stalls(stall: bool) -> (Result<(), ferrolock::Error>, Duration) {
+    let server = RedisServer::start();
+    let proxy = ferrolock_chaos::proxy::DelayProxy::start(format!("127.0.0.1:{}", server.port())).unwrap();
+    let holder = client(&server);
+    let g = holder.lock("st", LockOptions::lease(Duration::from_secs(30))).unwrap().acquire(None).unwrap();
+    let mut o = ClientOptions::default();
+    o.response_timeout = Duration::from_secs(3);
+    let waiter = blocking::Client::connect(&proxy.url(), o).expect("connect");
+    let lock = waiter.lock("st", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    if stall {
+        proxy.hold_when_sent(b"SUBSCRIBE");
+    }
+    let t0 = std::time::Instant::now();
+    let r = lock.acquire(Some(Duration::from_millis(300))).map(|_| ());
+    let took = t0.elapsed();
+    assert!(!proxy.cut_pending(), "the SUBSCRIBE went out and was held");
+    proxy.set_blackhole(false);
+    // Afterwards the waiter's client works: it gets the lock once the holder releases it.
+    g.release().unwrap();
+    lock.acquire(Some(Duration::from_secs(5))).unwrap().release().unwrap();
+    (r, took)
+}
+
+#[test]
+fn control_a_bounded_wait_on_a_held_lock_ends_at_its_deadline() {
+    let (r, took) = wait_while_subscribe_stalls(false);
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::AcquireTimeout);
+    assert!(took < Duration::from_millis(1500), "a 300 ms wait took {took:?}");
+}
+
+#[test]
+fn b_core_a_stalled_subscribe_does_not_outlast_the_wait() {
+    let (r, took) = wait_while_subscribe_stalls(true);
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::AcquireTimeout);
+    assert!(took < Duration::from_millis(1500), "a 300 ms wait took {took:?}");
+}
+
 /// The subscription sweep drops idle channels together, not one round trip after another: it
 /// holds the lock a new waiter's SUBSCRIBE needs while it runs, so over a slow link (or to a
 /// stopped master, one timeout each) twenty idle channels kept new waiters out for twenty round

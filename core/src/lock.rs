@@ -229,15 +229,20 @@ impl Lock {
                     let Some(s) = sub.as_mut() else {
                         // Subscribe, then try again at once: a release between the first try
                         // and the subscription would otherwise go unnoticed.
+                        // Bounded by the wait like every other step: a SUBSCRIBE that stalls
+                        // (or queues behind other channels' subscriptions) ends at the deadline.
                         let redact = c.redactor();
                         let s = notifier.subscribe(conn, &self.inner.keys.channel, &redact);
-                        match Box::pin(s).await {
-                            Ok(s) => {
+                        match self.by_deadline(deadline, Box::pin(s)).await {
+                            Ok(Ok(s)) => {
                                 sub = Some(s);
                                 continue 'tries;
                             }
-                            Err(e) if e.kind().is_transient() => break 'held Some(e),
-                            Err(e) => return Err(e),
+                            Ok(Err(e)) if e.kind().is_transient() => break 'held Some(e),
+                            Ok(Err(e)) | Err(e) => {
+                                queued.leave().await;
+                                return Err(e);
+                            }
                         }
                     };
                     // The holder's lease bounds the wait even if a message is lost.
