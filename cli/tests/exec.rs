@@ -120,9 +120,12 @@ fn no_wait_on_a_held_lock_exits_with_the_conflict_code_at_once() {
     assert!(!held(&server, "busy"));
 }
 
-/// Traps SIGTERM: writes "term" to $1, stops its sleep, exits 42.
+/// Traps SIGTERM: writes "term" to $1, stops its sleep, exits 42. Ready ($2) only once `$p` is
+/// set: a SIGTERM just after `touch` used to find `$p` empty and leave the sleep running with
+/// the output pipes, so reading ferrolock's output waited 60 s (seen in CI); nor does the sleep
+/// hold the pipes now.
 const TRAP_TERM: &str =
-    r#"trap 'echo term > "$1"; kill $p; exit 42' TERM; touch "$2"; sleep 60 & p=$!; wait $p"#;
+    r#"trap 'echo term > "$1"; kill $p; exit 42' TERM; sleep 60 >/dev/null 2>&1 & p=$!; touch "$2"; wait $p"#;
 
 #[test]
 fn outsider_delete_terminates_the_command_with_the_lost_code() {
