@@ -449,12 +449,7 @@ impl Client {
             Backend::Single { conn, .. } => conn,
             Backend::Quorum(q) => return q.inspect(&keys, self).await,
         };
-        let v: Value = scripts::INSPECT
-            .key(&keys.hold)
-            .key(&keys.fence)
-            .invoke_async(&mut conn.clone())
-            .await
-            .map_err(|e| self.error(&e))?;
+        let v = self.run_inspect(conn, &keys).await?;
         let items = as_array(&v)?;
         if int_at(items, 0)? == 0 {
             return Ok(None);
@@ -477,17 +472,22 @@ impl Client {
             Backend::Single { conn, .. } => conn,
             Backend::Quorum(q) => return q.last_fence(&keys, self).await,
         };
-        let v: Value = scripts::INSPECT
-            .key(&keys.hold)
-            .key(&keys.fence)
-            .invoke_async(&mut conn.clone())
-            .await
-            .map_err(|e| self.error(&e))?;
+        let v = self.run_inspect(conn, &keys).await?;
         let items = as_array(&v)?;
         match items.get(5) {
             Some(Value::Nil) | None => Ok(None),
             Some(_) => parse_num(items, 5).map(Some),
         }
+    }
+
+    /// The read-only inspect script on one server: `{held, owner, count, fence, pttl, last fence}`.
+    async fn run_inspect(&self, conn: &Conn, keys: &Keys) -> Result<Value> {
+        scripts::INSPECT
+            .key(&keys.hold)
+            .key(&keys.fence)
+            .invoke_async(&mut conn.clone())
+            .await
+            .map_err(|e| self.error(&e))
     }
 
     /// Administrative release: delete whatever hold `name` has and wake its waiters.
