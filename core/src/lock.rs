@@ -804,7 +804,7 @@ impl Drop for ReleaseRest {
                     flags.done.store(true, Ordering::Release);
                     hold.forget_lost(flags.id);
                 }
-                hold.drop_guard();
+                Guard::gone(&lock, &hold);
             });
         }
     }
@@ -953,13 +953,21 @@ impl Guard {
             Ok(()) => {
                 self.flags.done.store(true, Ordering::Release);
                 self.hold.forget_lost(self.owner_key());
-                self.hold.drop_guard();
+                Self::gone(&self.lock, &self.hold);
             }
-            Err(_) => {
-                self.hold.drop_guard();
-            }
+            Err(_) => Self::gone(&self.lock, &self.hold),
         }
         r
+    }
+
+    /// One guard of `hold` is gone (dropped, or its level released): when it was the last live
+    /// one, renewal stops and whatever the servers still count for this token runs out with its
+    /// lease. (Another guard of the hold may have been dropped while this one's release was in
+    /// flight, leaving the servers a level that no live guard can release.)
+    fn gone(lock: &Lock, hold: &Hold) {
+        if hold.drop_guard() == 0 {
+            lock.inner.client.inner.watchdog.unregister(hold);
+        }
     }
 
     /// One level's release, for the guard of `hold` (see [`Guard::release`]).
@@ -1092,9 +1100,9 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if !self.flags.released.load(Ordering::Acquire) && self.hold.drop_guard() == 0 {
-            // Stop renewing; never release in Redis from a destructor: the lease runs out.
-            self.lock.inner.client.inner.watchdog.unregister(&self.hold);
+        if !self.flags.released.load(Ordering::Acquire) {
+            // Never release in Redis from a destructor: the lease runs out.
+            Self::gone(&self.lock, &self.hold);
         }
     }
 }

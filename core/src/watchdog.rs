@@ -169,16 +169,22 @@ impl Watchdog {
     }
 
     /// `hold`'s lease was set anew (extend, re-entry): renew it within a third of the new lease
-    /// from now, not on the old schedule (a shorter lease would run out first).
+    /// from now, not on the old schedule (a shorter lease would run out first). An owner that
+    /// extends or re-enters has not abandoned the hold: a cut-off set by
+    /// [`Self::register_for_retry`] is lifted.
     pub fn leased(&self, hold: &Hold) {
         let Some(id) = hold.watchdog_id() else { return };
         let due = Instant::now() + hold.ttl() / 3;
         let sooner = match self.shared.entries().get_mut(&id) {
-            Some(e) if due < e.next_due => {
-                e.next_due = due;
-                true
+            Some(e) => {
+                e.renew_until = None;
+                let sooner = due < e.next_due;
+                if sooner {
+                    e.next_due = due;
+                }
+                sooner
             }
-            _ => false,
+            None => false,
         };
         if sooner {
             self.shared.wake.notify_one();

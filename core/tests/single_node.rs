@@ -177,6 +177,79 @@ async fn a_dropped_inner_guard_does_not_keep_the_lock() {
     assert!(client.inspect("dropped").await.unwrap().is_none(), "dropped levels outlived a re-entry");
 }
 
+// A guard dropped while another level's release is on the wire: that release answers with the
+// count it set (one level left), and then no live guard is left. Renewal must stop so the level
+// runs out with its lease (it used to be renewed for as long as the handle lived: the lock was
+// held for good and no guard could release it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_during_another_levels_release_does_not_keep_the_lock() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let ttl = Duration::from_millis(600);
+    let lock = client.lock("drop-mid-release", LockOptions::renewing(ttl)).unwrap();
+    let outer = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let inner = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    server.pause();
+    {
+        let release = inner.release();
+        tokio::pin!(release);
+        assert!(poll_once(release.as_mut()).await.is_pending(), "released while the server was stopped");
+        drop(outer);
+        server.resume();
+        release.await.unwrap();
+    }
+    drop(inner);
+    let t0 = Instant::now();
+    while client.inspect("drop-mid-release").await.unwrap().is_some() && t0.elapsed() < ttl * 6 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        client.inspect("drop-mid-release").await.unwrap().is_none(),
+        "every guard is gone, yet the level left on the server is still renewed"
+    );
+    drop(lock);
+}
+
+/// Poll `f` once.
+async fn poll_once<F: std::future::Future + Unpin>(mut f: F) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut f).poll(cx))).await
+}
+
+// After a last release fails without reaching the server (BUSY), the watchdog renews the hold for
+// one more lease only, in case the guard was abandoned. A re-entry says it was not: the hold is
+// renewed as before (the cut-off used to stay, and the re-entered hold was lost one lease later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_after_a_failed_release_is_renewed() {
+    let server = RedisServer::start_with(&["--busy-reply-threshold", "10"]);
+    let client = connect_with(&server, fast_opts()).await;
+    let ttl = Duration::from_millis(900);
+    let lock = client.lock("retry-reenter", LockOptions::renewing(ttl)).unwrap();
+    let first = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let busy = {
+        let mut c = server.conn().unwrap();
+        std::thread::spawn(move || {
+            // A script that runs 400 ms: the server answers everyone else BUSY meanwhile.
+            let spin = "local t = redis.call('TIME') local until_us = t[1] * 1000000 + t[2] + 400000 \
+                        repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] > until_us return 1";
+            let _: i64 = redis::cmd("EVAL").arg(spin).arg(0).query(&mut c).unwrap();
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let e = first.release().await.unwrap_err();
+    assert!(e.kind().is_transient(), "{e}");
+    tokio::task::spawn_blocking(move || busy.join().unwrap()).await.unwrap();
+    let again = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    assert_eq!(again.count(), 2);
+    let t0 = Instant::now();
+    while t0.elapsed() < ttl * 4 {
+        assert_eq!(again.state(), LockState::Held, "a re-entered hold was lost after {:?}", t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    again.release().await.unwrap();
+    first.release().await.unwrap();
+    assert!(client.inspect("retry-reenter").await.unwrap().is_none());
+}
+
 // 3. Fences across SHUTDOWN NOSAVE + restart, across idle expiry, and above 2^50.
 #[tokio::test]
 async fn fences_survive_restart_expiry_and_big_values() {
