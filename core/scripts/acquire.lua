@@ -19,6 +19,8 @@
 --          fresh hold behind that a later re-entry would count as one that survived
 -- Returns {1, fence, count}  granted (fresh hold or re-entry by the same owner)
 --         {0, pttl}          held by another owner (pttl = -1: the hold has no expiry)
+--         {0, pttl, fence}   the same, in fair mode: `fence` is the holder's (a grant message
+--                            naming the caller with a fence not above it is older than this try)
 --         {2, count}         re-entry refused: the depth limit is reached; nothing changed
 --         {3}                ARGV[7] = 'reenter' and the key is free: nothing changed
 local owner = redis.call('HGET', KEYS[1], 'owner')
@@ -51,6 +53,7 @@ if owner then
         redis.call('PEXPIRE', k, stay + 1000)
       end
     end
+    return {0, pttl, redis.call('HGET', KEYS[1], 'fence')}
   end
   return {0, pttl}
 end

@@ -56,9 +56,23 @@ enum Attempt {
         pttl: i64,
         /// When the try was sent: a fair grant announced after this reply happened later.
         t_send: Instant,
+        /// Fair mode: the holder's fence (0 if not reported). A grant made after this try has a
+        /// higher one; a grant message with a fence not above it was published before the try
+        /// and reached this client late (an earlier grant to this handle's token).
+        fence: u64,
     },
     /// Granted, but the validity was already used up: undone; try again.
     Expired,
+}
+
+/// What [`Lock::confirm_grant`] learned of a handed-on grant.
+enum Confirmed {
+    /// This token holds it; the lease was restarted and runs until then.
+    Until(Instant),
+    /// This token does not hold the lock (the grant was undone, or the lease ran out): try again.
+    NotHeld,
+    /// No answer: the caller keeps its own bound (from its last "held" try).
+    Unknown,
 }
 
 impl Lock {
@@ -214,13 +228,13 @@ impl Lock {
                     return Ok(g);
                 }
                 Ok(Attempt::Expired) => None,
-                Ok(Attempt::Held { pttl, t_send }) => 'held: {
+                Ok(Attempt::Held { pttl, t_send, fence }) => 'held: {
                     if let Some(s) = sub.as_mut() {
                         s.held(); // the holder's release will wake the next waiter
                     }
                     if queue_ms.is_some() {
                         queued.armed = true;
-                        t_held = Some(t_send);
+                        t_held = Some((t_send, fence));
                     }
                     if left == Some(Duration::ZERO) {
                         queued.leave().await;
@@ -255,15 +269,25 @@ impl Lock {
                     }
                     self.or_closed(s.wait(bound)).await?;
                     // Fair mode: a release handed the lock to this token after the last "held"
-                    // reply, so its lease began after `t_held`: no round trip needed.
-                    if let (Some(fence), Some(t)) = (s.take_grant(), t_held) {
+                    // reply, so its lease began after `t_held`: no round trip needed. Unless the
+                    // message's fence is not above that reply's holder's: then it announced an
+                    // earlier grant to this token (since released, and the lock passed on) and
+                    // only reached this client now, over the subscriber connection.
+                    if let Some(fence) = s.take_grant()
+                        && let Some((t, holder)) = t_held
+                        && fence > holder
+                    {
                         let _op = self.inner.op.clone().lock_owned().await;
                         let ttl = self.inner.ttl;
                         let mut deadline = timing::deadline(&c.inner.opts, t, ttl);
                         if deadline < Instant::now() + ttl * 2 / 3 && self.live_count() == 0 {
                             // Queued long since the last "held" try: that bound leaves less
                             // than the watchdog's first renewal needs. Restart the lease.
-                            deadline = self.confirm_grant(conn).await.unwrap_or(deadline);
+                            match self.confirm_grant(conn).await {
+                                Confirmed::Until(d) => deadline = d,
+                                Confirmed::NotHeld => break 'held None, // try again
+                                Confirmed::Unknown => {}
+                            }
                         }
                         if deadline > Instant::now() && self.live_count() == 0 {
                             s.granted();
@@ -339,10 +363,8 @@ impl Lock {
         }
     }
 
-    /// Fair mode: restart the lease of a handed-on grant (owner-checked `extend`); the new
-    /// deadline, or `None` when this token no longer holds it or the outcome is unknown (the
-    /// caller then keeps its own bound, or tries again).
-    async fn confirm_grant(&self, conn: &crate::client::Conn) -> Option<Instant> {
+    /// Fair mode: restart the lease of a handed-on grant (owner-checked `extend`).
+    async fn confirm_grant(&self, conn: &crate::client::Conn) -> Confirmed {
         let t_send = Instant::now();
         let r: redis::RedisResult<i64> = scripts::EXTEND
             .key(&self.inner.keys.hold)
@@ -351,8 +373,11 @@ impl Lock {
             .invoke_async(&mut conn.clone())
             .await;
         match r {
-            Ok(1) => Some(timing::deadline(&self.inner.client.inner.opts, t_send, self.inner.ttl)),
-            _ => None,
+            Ok(1) => {
+                Confirmed::Until(timing::deadline(&self.inner.client.inner.opts, t_send, self.inner.ttl))
+            }
+            Ok(_) => Confirmed::NotHeld,
+            Err(_) => Confirmed::Unknown,
         }
     }
 
@@ -461,7 +486,13 @@ impl Lock {
         let _op = pending.disarm();
         let items = as_array(&acquired.reply)?;
         match int_at(items, 0)? {
-            0 => Ok(Attempt::Held { pttl: int_at(items, 1)?, t_send }),
+            0 => {
+                let fence = match items.get(2) {
+                    Some(redis::Value::Nil) | None => 0,
+                    Some(_) => parse_num(items, 2)?,
+                };
+                Ok(Attempt::Held { pttl: int_at(items, 1)?, t_send, fence })
+            }
             2 => Err(Error::new(
                 ErrorKind::ReentrancyLimit,
                 format!("re-entry refused: depth {} is the limit", c.opts.max_reentrancy),

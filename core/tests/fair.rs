@@ -237,6 +237,58 @@ async fn a_grant_the_waiter_never_heard_of_is_taken_once() {
     drop(g);
 }
 
+// A grant message can reach a waiter late: it travels on the subscriber connection, its try's
+// reply on another. One announcing an earlier grant to the waiter's token (released since, and
+// the lock passed on) and read after a newer try found another holder must not be taken: the
+// waiter would hold the lock beside that holder. Published by hand here, as that late copy.
+#[tokio::test]
+async fn a_late_message_of_an_earlier_grant_is_not_taken() {
+    let server = RedisServer::start();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let mine = a.lock("late-grant", opts(true)).unwrap();
+    let first = mine.acquire(Some(Duration::ZERO)).await.unwrap();
+    let (token, old_fence) = (a.inspect("late-grant").await.unwrap().unwrap().owner, first.fence());
+    first.release().await.unwrap();
+    let theirs = b.lock("late-grant", opts(true)).unwrap().acquire(Some(Duration::ZERO)).await.unwrap();
+    let waiting = tokio::spawn(async move { mine.acquire(Some(Duration::from_millis(1500))).await });
+    let mut data = data_conn(&server).await;
+    until_queued(&mut data, "late-grant", 1).await;
+    let late = [b"G:".as_slice(), &token, format!(":{old_fence}:10000").as_bytes()].concat();
+    let _: i64 = data.publish("ferrolock:{late-grant}:released", late).await.unwrap();
+    match waiting.await.unwrap() {
+        Ok(g) => {
+            panic!("took a stale grant (fence {}) while fence {} holds the lock", g.fence(), theirs.fence())
+        }
+        Err(e) => assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "{e}"),
+    }
+    theirs.release().await.unwrap();
+}
+
+// A grant message read long after the waiter's last try has its lease restarted before it is
+// taken (an owner-checked extend); when that extend finds another owner, the waiter tries again
+// (it used to take the grant anyway while the bound from its try had not run out).
+#[tokio::test]
+async fn a_grant_the_restart_finds_gone_is_not_taken() {
+    let server = RedisServer::start();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let mine = a.lock("gone-grant", LockOptions::lease(Duration::from_millis(900)).with_fair(true)).unwrap();
+    let first = mine.acquire(Some(Duration::ZERO)).await.unwrap();
+    let token = a.inspect("gone-grant").await.unwrap().unwrap().owner;
+    first.release().await.unwrap();
+    let theirs = b.lock("gone-grant", opts(true)).unwrap().acquire(Some(Duration::ZERO)).await.unwrap();
+    let waiting = tokio::spawn(async move { mine.acquire(Some(Duration::from_millis(1500))).await });
+    let mut data = data_conn(&server).await;
+    until_queued(&mut data, "gone-grant", 1).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // past a third of the waiter's lease
+    let grant = [b"G:".as_slice(), &token, format!(":{}:900", theirs.fence() + 1).as_bytes()].concat();
+    let _: i64 = data.publish("ferrolock:{gone-grant}:released", grant).await.unwrap();
+    match waiting.await.unwrap() {
+        Ok(g) => panic!("took a grant (fence {}) while fence {} holds the lock", g.fence(), theirs.fence()),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "{e}"),
+    }
+    theirs.release().await.unwrap();
+}
+
 // Fair and non-fair contenders on one name stay mutually exclusive (fairness aside).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_and_non_fair_contenders_never_overlap() {
