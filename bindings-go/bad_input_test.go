@@ -139,6 +139,7 @@ func TestBadInputMatrix(t *testing.T) {
 		{"Extend(live hold, 0)", ferrolock.ErrInvalidDuration, func(t *testing.T) error { return held.Extend(ctx, 0) }},
 		{"Extend(live hold, -1s)", ferrolock.ErrInvalidDuration, func(t *testing.T) error { return held.Extend(ctx, -time.Second) }},
 		{"Extend(live hold, MaxInt64)", ferrolock.ErrInvalidDuration, func(t *testing.T) error { return held.Extend(ctx, math.MaxInt64) }},
+		{"Ensure(live hold, -1h)", ferrolock.ErrInvalidDuration, func(t *testing.T) error { return held.Ensure(-time.Hour) }},
 		{"Acquire(expired deadline)", ferrolock.ErrAcquireTimeout, func(t *testing.T) error {
 			err := only(rival.Acquire(expired))
 			if !errors.Is(err, context.DeadlineExceeded) {

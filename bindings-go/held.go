@@ -93,7 +93,10 @@ func (h *Held) watchLoss() {
 		}
 		handle := cgo.NewHandle(h.lost)
 		var cerr *C.ferrolock_error
-		if err := check(C.ferrolock_go_on_lost(p, C.uintptr_t(handle), &cerr), cerr); err != nil {
+		// The call first, then cerr: Go does not order a call against a plain operand of the
+		// same expression.
+		rc := C.ferrolock_go_on_lost(p, C.uintptr_t(handle), &cerr)
+		if err := check(rc, cerr); err != nil {
 			handle.Delete() // not registered: never called
 		}
 		runtime.KeepAlive(h)
@@ -232,8 +235,12 @@ func (h *Held) State() State {
 }
 
 // Ensure returns nil if the hold is still valid for more than margin, else ErrLost (or
-// ErrNotHeld after release). Call it before each write that relies on the lock.
+// ErrNotHeld after release). Call it before each write that relies on the lock. A negative
+// margin is ErrInvalidDuration, as in the other languages.
 func (h *Held) Ensure(margin time.Duration) error {
+	if margin < 0 {
+		return &Error{Code: ErrInvalidDuration, Message: "INVALID_DURATION: margin is negative"}
+	}
 	p := h.load()
 	if p == nil {
 		return closedError("held lock")

@@ -91,7 +91,8 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 		return newHeld(ctx, g), nil
 	}
 	var cancel *C.ferrolock_cancel
-	if err := check(C.ferrolock_cancel_new(&cancel, &cerr), cerr); err != nil {
+	rc := C.ferrolock_cancel_new(&cancel, &cerr) // the call before cerr is read (see Held.watchLoss)
+	if err := check(rc, cerr); err != nil {
 		return nil, err
 	}
 	defer C.ferrolock_cancel_free(cancel)
@@ -101,7 +102,7 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 	})
 	var g *C.ferrolock_guard
 	cerr = nil
-	rc := C.ferrolock_lock_acquire_cancellable(p, wait, cancel, &g, &cerr)
+	rc = C.ferrolock_lock_acquire_cancellable(p, wait, cancel, &g, &cerr)
 	stop()
 	runtime.KeepAlive(l)
 	if err := check(rc, cerr); err != nil {

@@ -189,7 +189,7 @@ pub unsafe extern "C" fn ferrolock_client_new_redlock(
             if count > 0 {
                 non_null(urls, "urls")?;
             }
-            let mut list = Vec::with_capacity(count);
+            let mut list = Vec::new(); // grown per URL checked: `count` is not trusted for an allocation
             for i in 0..count {
                 let u = *urls.add(i);
                 non_null(u, "a URL in urls")?;

@@ -1267,6 +1267,12 @@ static void test_redlock(void) {
   EXPECT(FERROLOCK_RESULT_NULL_ARGUMENT, ferrolock_client_new_redlock(urls, NULL, 3, NULL, NULL, &err));
   const char *with_null[3] = {urls[0], NULL, urls[2]};
   EXPECT(FERROLOCK_RESULT_NULL_ARGUMENT, ferrolock_client_new_redlock(with_null, NULL, 3, NULL, &c, &err));
+  /* A count far beyond the array is the caller's error, but what is checked before it is read
+     must not be an allocation sized by it (that aborted the process). */
+  const char *null_first[1] = {NULL};
+  EXPECT(FERROLOCK_RESULT_NULL_ARGUMENT,
+         ferrolock_client_new_redlock(null_first, NULL, (size_t)1 << 40, NULL, &c, &err));
+  EXPECT(FERROLOCK_RESULT_NULL_ARGUMENT, ferrolock_client_new_redlock(null_first, NULL, SIZE_MAX, NULL, &c, &err));
   const char *twice[3] = {urls[0], urls[1], urls[0]};
   EXPECT(FERROLOCK_RESULT_INVALID_CONFIG, ferrolock_client_new_redlock(twice, NULL, 3, NULL, &c, &err));
   EXPECT(FERROLOCK_RESULT_INVALID_CONFIG, ferrolock_client_new_redlock(urls, NULL, 2, NULL, &c, &err));
