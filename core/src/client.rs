@@ -674,10 +674,17 @@ impl Target {
     /// hello that a plain-text server reads as an unfinished command (no reply), and a
     /// plain-text command that a TLS server answers by closing the connection. The hint names
     /// the scheme of the kind of URL the user gave (`self.schemes`).
+    ///
+    /// A server's error reply while connecting refuses what the URL asked for (its database
+    /// number; a Sentinel URL's server that is no Sentinel): `InvalidUrl`, not a script failure.
     pub fn connect_error(&self, e: &redis::RedisError) -> Error {
         let err = Error::from_redis(e, &|s| redact_with(&self.secrets, s));
-        let hint = self.mixup_hint(e, err.kind()).unwrap_or_default();
-        Error::new(err.kind(), format!("{}: {}{hint}", self.addr, err.message()))
+        let kind = match err.kind() {
+            ErrorKind::Script => ErrorKind::InvalidUrl,
+            k => k,
+        };
+        let hint = self.mixup_hint(e, kind).unwrap_or_default();
+        Error::new(kind, format!("{}: {}{hint}", self.addr, err.message()))
     }
 
     /// The TLS/plain-text mix-up hint for a failed connection (see [`Self::connect_error`]).

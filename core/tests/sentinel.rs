@@ -254,6 +254,11 @@ async fn sentinel_urls_are_checked() {
     let e =
         Client::connect(&format!("redis+sentinel://127.0.0.1:{}/other", s.port()), opts()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    // A server that is no Sentinel (it read SCRIPT).
+    let e = Client::connect(&format!("redis+sentinel://127.0.0.1:{}/{NAME}", master.port()), opts())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{e}");
     let c =
         Client::connect(&format!("redis+sentinel://127.0.0.1:{}/{NAME}", s.port()), opts()).await.unwrap();
     let g = c.lock("x", LockOptions::lease(Duration::from_secs(1))).unwrap().try_acquire().await.unwrap();

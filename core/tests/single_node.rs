@@ -813,6 +813,12 @@ async fn bad_input_is_rejected_before_io() {
     assert_eq!(e.kind(), ErrorKind::InvalidConfig);
     let e = ferrolock::Client::connect("http://x", ClientOptions::default()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidUrl);
+    // A database number the server refuses is the URL's fault (it read SCRIPT).
+    let e = ferrolock::Client::connect(&format!("{}/99", server.url()), ClientOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{e}");
+    assert!(e.message().contains("out of range"), "{e}");
 }
 
 // 10. The blocking facade from a plain thread and from inside a tokio runtime.
