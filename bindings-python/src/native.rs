@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ferrolock::{Client, ClientOptions, Guard, Lock, LockInfo, LockOptions};
 use pyo3::prelude::*;
+use pyo3::pyclass::{PyTraverseError, PyVisit};
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::runtime::{ProcessLocal, future, wait, with_python};
@@ -230,7 +231,7 @@ pub struct NativeLock {
 }
 
 fn guard_to_py(py: Python<'_>, g: Guard) -> PyResult<Py<PyAny>> {
-    Ok(Py::new(py, NativeGuard { inner: ProcessLocal::new(Arc::new(g)) })?.into_any())
+    Ok(Py::new(py, NativeGuard::new(g))?.into_any())
 }
 
 #[pymethods]
@@ -241,14 +242,14 @@ impl NativeLock {
         let w = convert::opt_duration(wait, "wait")?;
         let l = self.inner.get(py)?.clone();
         let g = crate::runtime::wait(py, async move { l.acquire(w).await })?;
-        Ok(NativeGuard { inner: ProcessLocal::new(Arc::new(g)) })
+        Ok(NativeGuard::new(g))
     }
 
     /// One attempt; `None` when another owner holds the lock.
     fn try_acquire(&self, py: Python<'_>) -> PyResult<Option<NativeGuard>> {
         let l = self.inner.get(py)?.clone();
         let g = wait(py, async move { l.try_acquire().await })?;
-        Ok(g.map(|g| NativeGuard { inner: ProcessLocal::new(Arc::new(g)) }))
+        Ok(g.map(NativeGuard::new))
     }
 
     /// Awaitable `acquire`.
@@ -285,14 +286,70 @@ impl NativeLock {
     }
 }
 
+/// The callable of one `on_lost` registration (`None` once called, dropped or cleared).
+///
+/// The guard that registered it owns the callable: the garbage collector sees it through the
+/// guard's `__traverse__` and can drop it with `__clear__`, and it is dropped with the guard. The
+/// closure handed to the core holds only a [`LostSlotRef`] to it. (Owned by that closure, the
+/// callable was invisible to the GC: one that referred back to the hold, such as a bound method
+/// of the object holding it, made a cycle the GC could not break, and the core guard, never
+/// dropped, stayed renewed for as long as the client lived.)
+///
+/// Locked only briefly and never across a call into Python or a drop of the callable; a thread
+/// without the GIL locks it only in [`LostSlotRef`]'s drop, so the GC's `__traverse__` (which
+/// must not block) only tries the lock.
+type LostSlot = Arc<std::sync::Mutex<Option<Py<PyAny>>>>;
+
+fn try_lock<T>(m: &std::sync::Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// The core's handle on a [`LostSlot`]: dropping it (the callback ran, or the core dropped it
+/// because the level was released) drops the callable too, as when the core owned it.
+struct LostSlotRef(LostSlot);
+
+impl LostSlotRef {
+    fn take(&self) -> Option<Py<PyAny>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl Drop for LostSlotRef {
+    fn drop(&mut self) {
+        // Outside the lock (without the GIL, PyO3 defers the decref to the next attach).
+        drop(self.take());
+    }
+}
+
 /// One level of hold (core `Guard`).
 #[derive(Debug)]
 #[pyclass(frozen, module = "ferrolock._ferrolock")]
 pub struct NativeGuard {
     inner: ProcessLocal<Arc<Guard>>,
+    /// The callables of this guard's `on_lost` registrations (see [`LostSlot`]); only locked
+    /// with the GIL held.
+    lost_callbacks: std::sync::Mutex<Vec<LostSlot>>,
 }
 
 impl NativeGuard {
+    fn new(g: Guard) -> Self {
+        NativeGuard {
+            inner: ProcessLocal::new(Arc::new(g)),
+            lost_callbacks: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Take every registered callable out of its slot (to drop them outside the locks). A slot
+    /// another thread has locked is left: that thread is emptying it.
+    fn take_lost_callbacks(&self) -> Vec<Py<PyAny>> {
+        let Some(mut slots) = try_lock(&self.lost_callbacks) else { return Vec::new() };
+        std::mem::take(&mut *slots).iter().filter_map(|s| try_lock(s).and_then(|mut cb| cb.take())).collect()
+    }
+
     /// Release in the background a grant whose acquire call was cancelled as it completed.
     pub fn abandon(&self, py: Python<'_>) {
         if let Ok(g) = self.inner.get(py) {
@@ -382,14 +439,53 @@ impl NativeGuard {
         if !callback.bind(py).is_callable() {
             return Err(pyo3::exceptions::PyTypeError::new_err("on_lost needs a callable"));
         }
-        self.inner.get(py)?.on_lost(move |err| {
+        let guard = self.inner.get(py)?;
+        let slot: LostSlot = Arc::new(std::sync::Mutex::new(Some(callback)));
+        if let Some(mut slots) = try_lock(&self.lost_callbacks) {
+            // Forget registrations that already ran or were dropped by the core (a level
+            // re-registering in a loop must not pile them up).
+            slots.retain(|s| try_lock(s).is_none_or(|cb| cb.is_some()));
+            slots.push(slot.clone());
+        }
+        let slot = LostSlotRef(slot);
+        guard.on_lost(move |err| {
             with_python(|py| {
-                let exc = errors::to_py(py, err).into_value(py);
-                if let Err(e) = callback.call1(py, (exc,)) {
-                    logging::exception(py, "on_lost callback raised", e);
+                // None: the guard was collected (or the GC cleared it) before the loss.
+                if let Some(callback) = slot.take() {
+                    let exc = errors::to_py(py, err).into_value(py);
+                    if let Err(e) = callback.call1(py, (exc,)) {
+                        logging::exception(py, "on_lost callback raised", e);
+                    }
                 }
             });
         });
         Ok(())
+    }
+
+    /// GC support: the `on_lost` callables this guard owns.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Only tried: a slot locked now is being emptied (a reference not visited only keeps
+        // its object alive until a later collection).
+        if let Some(slots) = try_lock(&self.lost_callbacks) {
+            for slot in slots.iter() {
+                if let Some(cb) = try_lock(slot) {
+                    visit.call(cb.as_ref())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// GC support: drop the `on_lost` callables (they will not be called).
+    fn __clear__(&self) {
+        drop(self.take_lost_callbacks());
+    }
+}
+
+impl Drop for NativeGuard {
+    /// A guard that is gone takes its `on_lost` callables with it: the core may keep its
+    /// closures until the hold ends, but they no longer call anything.
+    fn drop(&mut self) {
+        drop(self.take_lost_callbacks());
     }
 }

@@ -1,0 +1,125 @@
+"""A hold that is garbage-collected without release stops renewing and its lease runs out (README,
+DESIGN §6), also when an ``on_lost`` callback refers back to the hold: the callable belongs to the
+native guard, where the cycle collector sees it (``__traverse__``/``__clear__``), not to a closure
+inside the Rust core, where a bound method of the object holding the hold made a cycle nothing
+could collect (the hold was renewed for as long as the client lived)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+import weakref
+from typing import Any, List, Optional
+
+import pytest
+
+import ferrolock
+from conftest import RedisServer, hold_key
+
+LEASE = 0.6  # watchdog_ttl: renewed every 0.2 s while referenced
+RUNS_OUT = 5 * LEASE  # how long another client may wait for the collected hold's lease to end
+
+
+class Worker:
+    """The everyday shape of the cycle: an object that keeps its hold and registers its own bound
+    method (worker -> held -> native guard -> callback -> worker)."""
+
+    def __init__(self, held: Any, callback: str, lost: List[Any]) -> None:
+        self.held = held
+        self.lost = lost
+        if callback == "bound_method":
+            held.on_lost(self.on_lost)
+        elif callback == "lambda":
+            held.on_lost(lambda err: lost.append((held, err)))  # closes over the hold itself
+        else:
+            assert callback == "none"
+
+    def on_lost(self, err: ferrolock.LockError) -> None:
+        self.lost.append(err)
+
+
+def assert_renewed_then_collected(redis: RedisServer, name: str, make: Any, lost: List[Any]) -> None:
+    """``make()`` acquires ``name`` (watchdog lease ``LEASE``) and returns the one reference to
+    the object keeping the hold; it is dropped and collected, then another client must get the
+    lock once the lease has run out."""
+    worker: Optional[Worker] = make()
+    assert worker is not None
+    ref = weakref.ref(worker)
+    time.sleep(2 * LEASE)  # past the first lease: only the watchdog keeps it
+    info = ferrolock.Client.connect(redis.url).inspect(name)
+    assert info is not None and info.fence == worker.held.fence, "the watchdog did not renew the hold"
+    del worker
+    gc.collect()
+    other = ferrolock.Client.connect(redis.url)
+    try:
+        held = other.lock(name, ttl=5).acquire(wait=RUNS_OUT)
+    except ferrolock.AcquireTimeoutError:
+        pytest.fail(f"still held {RUNS_OUT} s after the hold was collected: renewed after GC "
+                    f"(info {other.inspect(name)!r})")
+    held.release()
+    assert ref() is None, "the object holding the hold was not collected"
+    assert lost == [], "a collected hold's on_lost callback ran"
+
+
+@pytest.mark.parametrize("callback", ["none", "bound_method", "lambda"])
+def test_collected_hold_with_on_lost_cycle_stops_renewing(redis: RedisServer, name: str,
+                                                          callback: str) -> None:
+    # "none" is the control: the same hold without a callback.
+    client = ferrolock.Client.connect(redis.url, watchdog_ttl=LEASE)  # alive for the whole test
+    lost: List[Any] = []
+
+    def make() -> Worker:
+        return Worker(client.lock(name).acquire(wait=0), callback, lost)
+
+    assert_renewed_then_collected(redis, name, make, lost)
+    client.close()
+
+
+@pytest.mark.parametrize("callback", ["none", "bound_method"])
+def test_collected_async_hold_with_on_lost_cycle_stops_renewing(redis: RedisServer, name: str,
+                                                                callback: str) -> None:
+    lost: List[Any] = []
+    holders: List[Worker] = []
+    ready, done = threading.Event(), threading.Event()
+
+    async def body() -> None:
+        client = await ferrolock.AsyncClient.connect(redis.url, watchdog_ttl=LEASE)
+        holders.append(Worker(await client.lock(name).acquire(wait=0), callback, lost))
+        ready.set()
+        while not done.is_set():  # the client stays open (and its watchdog running) meanwhile
+            await asyncio.sleep(0.02)
+        client.close()
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(body(),))
+    loop_thread.start()
+    try:
+        assert ready.wait(5)
+        assert_renewed_then_collected(redis, name, holders.pop, lost)
+    finally:
+        done.set()
+        loop_thread.join(5)
+
+
+def test_on_lost_cycle_still_fires_while_referenced(redis: RedisServer, name: str) -> None:
+    """The callable held by the guard is still called once, with a ``LostError``, when the
+    referenced hold is lost (here: its key deleted behind its back); a collection meanwhile does
+    not take it."""
+    client = ferrolock.Client.connect(redis.url, watchdog_ttl=LEASE)
+    lost: List[Any] = []
+    worker = Worker(client.lock(name).acquire(wait=0), "bound_method", lost)
+    gc.collect()
+    assert redis.command("DEL", hold_key(name)).startswith(b":1")
+    deadline = time.monotonic() + 3
+    while not lost and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    assert len(lost) == 1 and isinstance(lost[0], ferrolock.LostError)
+    assert worker.held.lost
+    worker.held.on_lost(worker.on_lost)  # already lost: called at once
+    deadline = time.monotonic() + 3
+    while len(lost) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(lost) == 2 and isinstance(lost[1], ferrolock.LostError)
+    client.close()
