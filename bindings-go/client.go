@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -272,9 +273,14 @@ func (c *Client) Inspect(ctx context.Context, name string) (*LockInfo, error) {
 			return nil, err
 		}
 		owner := C.GoBytes(unsafe.Pointer(&info.owner[0]), C.int(min(int(info.owner_len), len(info.owner))))
-		ttl := time.Duration(info.ttl_ms) * time.Millisecond
-		if info.ttl_ms < 0 {
+		var ttl time.Duration
+		switch ms := int64(info.ttl_ms); {
+		case ms < 0:
 			ttl = -1
+		case ms > int64(math.MaxInt64/time.Millisecond):
+			ttl = math.MaxInt64 // an expiry beyond ~292 years (set by someone else): not "none"
+		default:
+			ttl = time.Duration(ms) * time.Millisecond
 		}
 		return &LockInfo{Owner: owner, Count: uint32(info.count), Fence: uint64(info.fence), TTL: ttl}, nil
 	}, nil)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -132,6 +133,13 @@ func TestInspect(t *testing.T) {
 	}
 	release(t, h2)
 	release(t, h)
+	// An expiry beyond time.Duration's ~292 years (set by someone else) reads as the longest
+	// Duration, not as a negative "no expiry" (it overflowed).
+	inlineInt(t, url, "HSET ferrolock:{far} owner x count 1 fence 7")
+	inlineInt(t, url, "PEXPIRE ferrolock:{far} 12614400000000") // 400 years
+	if info, err := c.Inspect(ctx, "far"); err != nil || info == nil || info.TTL != math.MaxInt64 {
+		t.Fatalf("far expiry: %+v, %v", info, err)
+	}
 	var nilClient *ferrolock.Client
 	if _, err := nilClient.Inspect(ctx, "seen"); !errors.Is(err, ferrolock.ErrClosed) {
 		t.Fatalf("nil client: %v", err)
