@@ -170,8 +170,10 @@ Lock.prototype.acquire = async function acquire(options) {
 };
 
 // Per-Held loss state, created on first use of `signal` or `onLost` (one native hook per hold
-// level; untouched Helds cost nothing).
+// level; untouched Helds cost nothing). Only JS references keep a state alive: its Held (through
+// `losses`) and its signal (through `bySignal`, so a signal kept on its own still aborts).
 const losses = new WeakMap();
+const bySignal = new WeakMap();
 
 function report(err) {
   process.emitWarning(`ferrolock: an onLost callback threw: ${err instanceof Error ? err.stack : String(err)}`, {
@@ -179,29 +181,44 @@ function report(err) {
   });
 }
 
+function fire(state, err) {
+  state.error = err;
+  state.controller.abort(err);
+  for (const cb of state.callbacks.splice(0)) {
+    try {
+      cb(err);
+    } catch (e) {
+      report(e);
+    }
+  }
+}
+
+// The function handed to the native side. The core keeps it (through a threadsafe function,
+// a strong reference V8 cannot see through) for as long as the hold lives, so it must not reach
+// the Held: user callbacks and signal listeners often refer to it, and that cycle would keep the
+// Held, its guard and the watchdog's renewals alive for good. It holds the state only weakly
+// (and is made here, not inside `loss`, so that it closes over nothing else).
+function nativeHook(state) {
+  const ref = new WeakRef(state);
+  return (err) => {
+    const s = ref.deref();
+    if (s !== undefined) fire(s, err);
+  };
+}
+
 function loss(held) {
   let s = losses.get(held);
   if (s === undefined) {
     s = { controller: new AbortController(), callbacks: [], error: null };
     losses.set(held, s);
+    bySignal.set(s.controller.signal, s);
     if (held.state === 'lost') {
       // Already lost: abort now rather than on the next turn of the event loop.
       s.error = makeError(LOST, 'the lock was lost');
       s.controller.abort(s.error);
       return s;
     }
-    const state = s;
-    held._onLost((err) => {
-      state.error = err;
-      state.controller.abort(err);
-      for (const cb of state.callbacks.splice(0)) {
-        try {
-          cb(err);
-        } catch (e) {
-          report(e);
-        }
-      }
-    });
+    held._onLost(nativeHook(s));
   }
   return s;
 }

@@ -43,3 +43,92 @@ test('a collected Held is not released; its lease runs out while a kept one is r
   const { stdout } = await child;
   assert.match(stdout, /collected\nheld\n/);
 });
+
+// Loss callbacks and signal listeners that refer to their own Held (`held.onLost(() =>
+// this.stop())` with `this` keeping the hold) must not keep it alive: the native loss hook may
+// not reach the hold's loss state, or the cycle Held -> native hook -> callback -> Held is
+// invisible to V8 and the watchdog renews the lock forever. Each case runs in a child with
+// --expose-gc: acquire on one client (600 ms lease, renewed), drop the Held, collect, then
+// another client must get the lock within a few leases. `kept` checks the other side: a Held
+// still referenced keeps its callbacks and signal through the collections, and they fire once.
+function gcChild(mode, name) {
+  const pkg = new URL('../index.js', import.meta.url).pathname;
+  const script = `
+    const { Client } = require(${JSON.stringify(pkg)});
+    const [url, mode, name] = process.argv.slice(1);
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    const collect = async () => {
+      for (let i = 0; i < 5; i++) { global.gc(); await new Promise((r) => setImmediate(r)); await sleep(20); }
+    };
+    (async () => {
+      const c = await Client.connect(url);
+      const other = await Client.connect(url);
+      const out = {};
+      if (mode === 'kept') {
+        const held = await c.lock(name, { ttl: 600, renew: true }).acquire();
+        const fired = { onLost: 0, abort: 0 };
+        held.onLost(() => { fired.onLost++; fired.fence = held.fence; });
+        held.signal.addEventListener('abort', () => { fired.abort++; fired.state = held.state; });
+        await collect();
+        await sleep(700); // still renewed past its first lease
+        out.stillHeld = held.state;
+        await collect();
+        await other.forceUnlock(name);
+        for (let i = 0; i < 60 && !(fired.onLost && fired.abort); i++) await sleep(50);
+        await sleep(200);
+        await collect();
+        Object.assign(out, fired, { fenceOk: fired.fence === held.fence, reason: held.signal.reason?.code });
+      } else {
+        // The Held lives only in this inner scope (and, in 'cycle', in its own callbacks).
+        await (async () => {
+          const held = await c.lock(name, { ttl: 600, renew: true }).acquire();
+          if (mode === 'cycle') {
+            const owner = { held, stop() { return this.held.fence; } };
+            held.onLost(() => owner.stop());
+            held.signal.addEventListener('abort', () => owner.stop());
+          }
+        })();
+        await collect();
+        const t0 = Date.now();
+        try {
+          const h2 = await other.lock(name, { ttl: 5000 }).acquire({ wait: 3000 });
+          out.acquired = true;
+          out.ms = Date.now() - t0;
+          await h2.release();
+        } catch (e) {
+          out.acquired = false;
+          out.error = e.code;
+        }
+      }
+      process.stdout.write(JSON.stringify(out) + '\\n');
+      c.close();
+      other.close();
+    })().catch((e) => { console.error(e); process.exit(1); });
+  `;
+  return run(process.execPath, ['--expose-gc', '-e', script, server.url, mode, name], { timeout: 20000 });
+}
+
+test('a collected Held whose onLost callback and signal listener refer to it stops renewing; another client gets the lock', async () => {
+  const { stdout } = await gcChild('cycle', 'gc-cycle');
+  const out = JSON.parse(stdout);
+  assert.equal(out.acquired, true, `the lock was still renewed after collection (${out.error})`);
+  assert.ok(out.ms < 3000);
+});
+
+test('control: a collected Held without loss callbacks stops renewing; another client gets the lock', async () => {
+  const { stdout } = await gcChild('plain', 'gc-plain');
+  const out = JSON.parse(stdout);
+  assert.equal(out.acquired, true, `the lock was still renewed after collection (${out.error})`);
+  assert.ok(out.ms < 3000);
+});
+
+test('a kept Held keeps its onLost callback and signal through collections; both fire once on loss', async () => {
+  const { stdout } = await gcChild('kept', 'gc-kept-callbacks');
+  const out = JSON.parse(stdout);
+  assert.equal(out.stillHeld, 'held', 'renewed while referenced');
+  assert.equal(out.onLost, 1);
+  assert.equal(out.abort, 1);
+  assert.equal(out.fenceOk, true);
+  assert.equal(out.state, 'lost');
+  assert.equal(out.reason, 'LOST');
+});
