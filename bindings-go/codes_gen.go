@@ -11,7 +11,7 @@ const ErrInvalidName ErrorCode = 101
 // ErrInvalidDuration (INVALID_DURATION): A duration (TTL, wait, margin) is zero, negative, not finite, too small for the drift, or absurd.
 const ErrInvalidDuration ErrorCode = 102
 
-// ErrInvalidURL (INVALID_URL): A server URL cannot be parsed or uses an unsupported scheme.
+// ErrInvalidURL (INVALID_URL): A server URL cannot be parsed, uses an unsupported scheme, or asks for what the server refuses (its database number; a Sentinel that is none).
 const ErrInvalidURL ErrorCode = 103
 
 // ErrInvalidConfig (INVALID_CONFIG): A configuration value is inconsistent (quorum, prefix, timeouts).

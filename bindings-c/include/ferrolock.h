@@ -44,7 +44,7 @@ typedef enum {
    */
   FERROLOCK_RESULT_INVALID_DURATION = 102,
   /**
-   * A server URL cannot be parsed or uses an unsupported scheme. (`INVALID_URL`)
+   * A server URL cannot be parsed, uses an unsupported scheme, or asks for what the server refuses (its database number; a Sentinel that is none). (`INVALID_URL`)
    */
   FERROLOCK_RESULT_INVALID_URL = 103,
   /**

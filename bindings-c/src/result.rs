@@ -19,7 +19,7 @@ pub enum ferrolock_result {
     InvalidName = 101,
     /// A duration (TTL, wait, margin) is zero, negative, not finite, too small for the drift, or absurd. (`INVALID_DURATION`)
     InvalidDuration = 102,
-    /// A server URL cannot be parsed or uses an unsupported scheme. (`INVALID_URL`)
+    /// A server URL cannot be parsed, uses an unsupported scheme, or asks for what the server refuses (its database number; a Sentinel that is none). (`INVALID_URL`)
     InvalidUrl = 103,
     /// A configuration value is inconsistent (quorum, prefix, timeouts). (`INVALID_CONFIG`)
     InvalidConfig = 104,

@@ -86,7 +86,10 @@ fn doc_of(kind: ErrorKind) -> &'static str {
         ErrorKind::InvalidDuration => {
             "A duration is negative, NaN, infinite, too short for the drift allowance, or absurd."
         }
-        ErrorKind::InvalidUrl => "A server URL cannot be parsed or uses an unsupported scheme.",
+        ErrorKind::InvalidUrl => {
+            "A server URL cannot be parsed, uses an unsupported scheme, or asks for what the server \
+             refuses (its database number; a Sentinel that is none)."
+        }
         ErrorKind::InvalidConfig => "A configuration value is inconsistent.",
         ErrorKind::Closed => "The object cannot be used any more (closed, or inherited across fork()).",
         ErrorKind::NullArgument => "A required pointer was NULL (C API only).",

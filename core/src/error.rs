@@ -15,7 +15,7 @@ pub enum ErrorKind {
     InvalidName,
     /// A duration (TTL, wait, margin) is zero, negative, not finite, too small for the drift, or absurd.
     InvalidDuration,
-    /// A server URL cannot be parsed or uses an unsupported scheme.
+    /// A server URL cannot be parsed, uses an unsupported scheme, or asks for what the server refuses (its database number; a Sentinel that is none).
     InvalidUrl,
     /// A configuration value is inconsistent (quorum, prefix, timeouts).
     InvalidConfig,
