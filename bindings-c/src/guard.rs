@@ -61,6 +61,10 @@ unsafe impl Send for LostNotify {}
 impl LostNotify {
     fn fire(mut self, error: Option<&Error>) {
         self.called = true;
+        self.call(error);
+    }
+
+    fn call(&self, error: Option<&Error>) {
         let e = error.map(ferrolock_error::new);
         let p = e.as_ref().map_or(std::ptr::null(), |e| e as *const ferrolock_error);
         // SAFETY: a C function pointer with the documented signature; `p` outlives the call.
@@ -72,10 +76,11 @@ impl Drop for LostNotify {
     fn drop(&mut self) {
         if !self.called {
             // Dropped uncalled (the hold ended without loss). Call from a library thread, never
-            // inline: the drop may happen under the core's locks or on a caller's thread.
-            let rest = LostNotify { cb: self.cb, user_data: self.user_data, called: false };
+            // inline: the drop may happen under the core's locks or on a caller's thread. The
+            // copy counts as called: were the task dropped unrun, it must not spawn another.
+            let rest = LostNotify { cb: self.cb, user_data: self.user_data, called: true };
             self.called = true;
-            blocking::runtime().spawn_blocking(move || rest.fire(None));
+            blocking::runtime().spawn_blocking(move || rest.call(None));
         }
     }
 }
