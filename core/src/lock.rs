@@ -738,23 +738,32 @@ struct Queued {
 }
 
 impl Queued {
+    /// Leaving the queue as a task of its own, holding this handle's queue turn (its next
+    /// acquire waits for it); `None` if not queued.
+    fn spawn_leave(&mut self) -> Option<tokio::task::JoinHandle<()>> {
+        if !std::mem::take(&mut self.armed) {
+            return None;
+        }
+        let (lock, turn) = (self.lock.clone(), self.turn.take());
+        let rt = lock.inner.client.inner.runtime.clone();
+        Some(rt.spawn(async move {
+            let _turn = turn;
+            lock.leave_queue().await;
+        }))
+    }
+
+    /// Leave the queue and wait until it is done. A caller that stops waiting does not cut it
+    /// short (see [`Pending::settle`]): a grant made to this token meanwhile would stay held.
     async fn leave(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            self.lock.leave_queue().await;
+        if let Some(leaving) = self.spawn_leave() {
+            let _ = leaving.await;
         }
     }
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            let (lock, turn) = (self.lock.clone(), self.turn.take());
-            let rt = lock.inner.client.inner.runtime.clone();
-            rt.spawn(async move {
-                let _turn = turn; // this handle's next acquire waits for the undo
-                lock.leave_queue().await;
-            });
-        }
+        self.spawn_leave();
     }
 }
 
@@ -780,23 +789,31 @@ impl Pending {
         self.lock.take().map(|(_, op)| op)
     }
 
+    /// The undo as a task of its own, holding the handle's op lock (later calls on this handle
+    /// wait for it); `None` once disarmed or already sent.
+    fn spawn(&mut self) -> Option<tokio::task::JoinHandle<()>> {
+        let (lock, op) = self.lock.take()?;
+        let prior = self.prior;
+        let rt = lock.inner.client.inner.runtime.clone();
+        Some(rt.spawn(async move {
+            let _op = op;
+            let _ = lock.send_release_level(prior).await;
+        }))
+    }
+
+    /// Send the undo and wait for it. A caller that stops waiting (a timeout around the acquire)
+    /// does not cut it short: between its `EVALSHA` and the `EVAL` that follows a `NOSCRIPT`, that
+    /// would leave the grant held for its lease.
     async fn settle(&mut self) {
-        if let Some((lock, _op)) = self.lock.take() {
-            let _ = lock.send_release_level(self.prior).await;
+        if let Some(undo) = self.spawn() {
+            let _ = undo.await;
         }
     }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if let Some((lock, op)) = self.lock.take() {
-            let prior = self.prior;
-            let rt = lock.inner.client.inner.runtime.clone();
-            rt.spawn(async move {
-                let _op = op; // later calls on this handle wait for the undo
-                let _ = lock.send_release_level(prior).await;
-            });
-        }
+        self.spawn();
     }
 }
 

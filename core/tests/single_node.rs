@@ -754,6 +754,31 @@ async fn bounded_acquire_does_not_wait_out_a_background_undo() {
     assert!(client.inspect("undo-wait").await.unwrap().is_none());
 }
 
+// An acquire whose outcome is unknown is undone (a release with the prior count). A caller that
+// gives up while the undo waits for its reply must not cut it short: here the server lost the
+// release script, so the undo needs its EVAL follow-up after NOSCRIPT, which used to be dropped
+// with the caller's future, leaving the grant held for its whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_outlives_the_caller_giving_up() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let lock = client.lock("undo-cut", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    lock.acquire(None).await.unwrap().release().await.unwrap(); // connection up
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+    let _: String = server.cmd(&["SCRIPT", "LOAD", include_str!("../scripts/acquire.lua")]);
+    server.pause();
+    // The attempt's reply is overdue after 200 ms: its undo goes out, and the caller gives up
+    // while that undo waits for its reply.
+    let r = tokio::time::timeout(Duration::from_millis(300), lock.acquire(Some(Duration::ZERO))).await;
+    assert!(r.is_err(), "the acquire ended before the caller gave up: {r:?}");
+    server.resume();
+    let t0 = Instant::now();
+    while client.inspect("undo-cut").await.unwrap().is_some() && t0.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(client.inspect("undo-cut").await.unwrap().is_none(), "the undone grant is still held");
+}
+
 // URL schemes are case-insensitive (RFC 3986), as the Sentinel and Cluster ones already were:
 // `REDIS://` used to be refused as an unsupported scheme.
 #[tokio::test]
