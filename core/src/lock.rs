@@ -940,6 +940,9 @@ impl Guard {
 
     /// Call `cb` once if the hold is lost (at once if it already is; never once this guard's
     /// level is released). Runs on a blocking-pool thread; it may call back into ferrolock.
+    /// The hold keeps `cb` until it ends: a `cb` that owns this guard (an `Arc<Guard>` moved
+    /// into it) is a cycle, and a guard never dropped is renewed for as long as its `Lock` lives.
+    /// Move a `Weak` into it instead.
     pub fn on_lost(&self, cb: impl FnOnce(Error) + Send + 'static) {
         if self.is_done() {
             return; // released: never lost
