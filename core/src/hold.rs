@@ -185,10 +185,11 @@ impl Hold {
         self.tx.send_if_modified(|s| std::mem::replace(s, LockState::Held) != LockState::Held);
     }
 
-    /// An extend to a lease ending at `deadline` got no answer: the server may have run it, so
-    /// a shorter lease than the one held is taken as the local bound (and for renewals from
-    /// now); a longer one changes nothing. Renewals already sent no longer count (they may
-    /// have run first). The state is left as it is.
+    /// An extend or re-entry setting a lease that ends at `deadline` is about to go out (or got
+    /// no answer): the server may run it whatever becomes of the call, so a shorter lease than
+    /// the one held is the local bound from now (and for renewals); a longer one changes
+    /// nothing until confirmed ([`Self::leased`]). Renewals already sent no longer count (they
+    /// may have run first). The state is left as it is.
     pub fn lease_unknown(&self, deadline: Instant, ttl: Duration) {
         if self.tx.borrow().is_final() {
             return;

@@ -461,6 +461,14 @@ impl Lock {
         // script may have done with this token.
         let mut pending = Pending { lock: Some((self.clone(), op)), prior };
         let t_send = Instant::now();
+        if prior.count > 0
+            && let Some(h) = self.current()
+        {
+            // A re-entry sets the lease to this lock's length, also when its outcome stays
+            // unknown or it is undone: the local bound follows now (see `Hold::lease_unknown`).
+            h.lease_unknown(timing::deadline(&c.opts, t_send, inner.ttl), inner.ttl);
+            c.watchdog.leased(&h);
+        }
         // With replica_acks, the script and its WAIT go out as one pipeline (replicas.rs).
         let acquired = crate::replicas::acquire(inner, conn, queue_ms).await;
         let acquired = match acquired {
@@ -1121,6 +1129,10 @@ impl Guard {
             Backend::Quorum(q) => return q.clone().extend(lock, &self.hold, ttl).await,
         };
         let t_send = Instant::now();
+        // Until the server answers it may run the extend (even after this call is given up): a
+        // shorter lease is the local bound from now (see `Hold::lease_unknown`).
+        self.hold.lease_unknown(timing::deadline(&c.inner.opts, t_send, ttl), ttl);
+        c.inner.watchdog.leased(&self.hold);
         let r: i64 = match scripts::EXTEND
             .key(&lock.inner.keys.hold)
             .arg(&*lock.inner.token)
@@ -1129,15 +1141,7 @@ impl Guard {
             .await
         {
             Ok(r) => r,
-            Err(e) => {
-                let e = c.error(&e);
-                if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Connection) {
-                    // Unanswered: a shorter lease may be in force on the server now.
-                    self.hold.lease_unknown(timing::deadline(&c.inner.opts, t_send, ttl), ttl);
-                    c.inner.watchdog.leased(&self.hold);
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(c.error(&e)), // a shorter lease may be in force: bound above
         };
         if r != 1 {
             lock.give_up(&self.hold, "extend found the lock expired or held by another owner");

@@ -603,6 +603,12 @@ impl Quorum {
         let cap = self.opts.redlock_max_inflight;
         let t_send = Instant::now();
         let floor = fence_floor();
+        if let Some(h) = &current {
+            // A re-entry sets the lease to the lock's own length on every master it reaches, also
+            // in a round that is undone or abandoned: the local bound follows now.
+            h.lease_unknown(timing::deadline(&self.opts, t_send, inner.ttl), inner.ttl);
+            inner.client.inner.watchdog.leased(h);
+        }
         for (i, node) in self.nodes.iter().enumerate() {
             // A busy lane: an earlier request of this handle to this master is still out. Wait
             // for it (in the task) only if the master keeps up; otherwise leave it out.
@@ -1034,6 +1040,10 @@ impl Quorum {
     pub async fn extend(self: Arc<Self>, lock: &Lock, hold: &Arc<Hold>, ttl: Duration) -> Result<()> {
         let inner = &lock.inner;
         let t_send = Instant::now();
+        // Until a quorum confirms, masters that ran it may have a shorter lease: the local
+        // bound follows now, so that a caller that stops waiting leaves no bound too long.
+        hold.lease_unknown(timing::deadline(&self.opts, t_send, ttl), ttl);
+        inner.client.inner.watchdog.leased(hold);
         let mut round = self.fan_out(&|_| Class::New, None, |_, mut conn| {
             let mut inv = scripts::EXTEND.key(&inner.keys.hold);
             inv.arg(&*inner.token).arg(timing::millis(ttl));
@@ -1060,6 +1070,9 @@ impl Quorum {
         drop(round);
         if not_owner > self.n() - self.quorum {
             lock.give_up(hold, "extend: a majority of masters no longer holds this owner's lock");
+            // The masters that still had it were just extended: clear them now (a release
+            // after this finds the hold given up and sends nothing).
+            let _ = Box::pin(self.clone().release(lock, 0, Some(hold.fence))).await;
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before extend"));
         }
         if decided.is_ok() && ok >= self.quorum && !hold.is_final() {

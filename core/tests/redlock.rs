@@ -1211,3 +1211,101 @@ async fn an_unanswered_extend_to_a_shorter_lease_shortens_the_local_deadline() {
         let _ = g.release().await;
     }
 }
+
+/// The masters' remaining lease of `name`, in milliseconds.
+fn pttls(servers: &[RedisServer], name: &str) -> Vec<i64> {
+    servers.iter().map(|s| s.cmd(&["PTTL", &format!("ferrolock:{{{name}}}")])).collect()
+}
+
+/// `lease` set on the masters by a round whose outcome the holder never learns must bound the
+/// holder at once: the other client's grant (after the masters' lease ran out) must find the
+/// first holder no longer reporting itself held with time to spare.
+async fn assert_not_two_holders(g: &ferrolock::Guard, b: &Client, name: &str) {
+    let other = b.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let stolen = other.try_acquire().await.unwrap();
+    assert!(stolen.is_some(), "the masters' shorter lease should have run out");
+    let (state, remaining) = (g.state(), g.remaining());
+    assert!(
+        !(state == LockState::Held && g.ensure(Duration::from_secs(1)).is_ok()),
+        "two holders: the first still reports {state:?} with {remaining:?} left"
+    );
+}
+
+// A re-entry sets the masters' lease to the lock's length. A round that fails (here: every
+// master slower than the per-master timeout) is undone, which puts the count back but not the
+// lease: the holder's bound must follow (it kept the 30 s of an earlier extend while the masters
+// had 2 s, and another client got the lock under it). Control: no re-entry, the lease holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_undone_reentry_round_bounds_the_holder_by_its_lease() {
+    for reenter in [false, true] {
+        let servers = start_many(5);
+        let mut o = ClientOptions::default();
+        o.redlock_node_timeout = Duration::from_millis(200);
+        let (a, b) = (redlock_with(&servers, o.clone()).await, redlock_with(&servers, o).await);
+        let lock = a.lock("reenter-lease", LockOptions::lease(Duration::from_secs(2))).unwrap();
+        let g = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+        g.extend(Duration::from_secs(30)).await.unwrap();
+        for s in &servers {
+            let _: () = s.cmd(&["CLIENT", "PAUSE", "700", "ALL"]);
+        }
+        if reenter {
+            let e = lock.try_acquire().await.expect_err("every master timed out");
+            assert_eq!(e.kind(), ErrorKind::QuorumNotReached, "{e}");
+        }
+        tokio::time::sleep(Duration::from_millis(2500)).await; // the paused commands ran; 2 s passed
+        if reenter {
+            assert_not_two_holders(&g, &b, "reenter-lease").await;
+        } else {
+            let other = b.lock("reenter-lease", LockOptions::lease(Duration::from_secs(5))).unwrap();
+            assert!(
+                other.try_acquire().await.unwrap().is_none(),
+                "control: {:?}",
+                pttls(&servers, "reenter-lease")
+            );
+        }
+    }
+}
+
+// An extend to a shorter lease whose caller gives up (a timeout around it) still runs on the
+// masters: the holder's bound must follow at once (it kept its 30 s). Control: the same extend
+// awaited to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_abandoned_extend_bounds_the_holder_by_its_lease() {
+    for abandon in [false, true] {
+        let servers = start_many(5);
+        let mut o = ClientOptions::default();
+        o.redlock_node_timeout = Duration::from_secs(2); // the awaited extend outlasts the pause
+        let (a, b) = (redlock_with(&servers, o.clone()).await, redlock_with(&servers, o).await);
+        let lock = a.lock("extend-lease", LockOptions::lease(Duration::from_secs(30))).unwrap();
+        let g = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+        for s in &servers {
+            let _: () = s.cmd(&["CLIENT", "PAUSE", "500", "ALL"]);
+        }
+        if abandon {
+            let r = tokio::time::timeout(Duration::from_millis(100), g.extend(Duration::from_secs(2))).await;
+            assert!(r.is_err(), "the extend should still be in flight");
+        } else {
+            g.extend(Duration::from_secs(2)).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        assert_not_two_holders(&g, &b, "extend-lease").await;
+    }
+}
+
+// An extend that finds the hold lost on a majority has just extended it on the masters that
+// still had it: they are cleared at once (a release after it finds the hold given up and sends
+// nothing, so they kept the dead owner's hold for the whole new lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_extend_that_finds_the_hold_lost_clears_the_minority() {
+    let servers = start_many(5);
+    let client = redlock(&servers).await;
+    let lock = client.lock("lost-extend", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let g = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    for s in &servers[..3] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{lost-extend}"]); // an outsider (force-unlock, restart)
+    }
+    assert_eq!(g.extend(Duration::from_secs(60)).await.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    let left: Vec<usize> = (0..5).filter(|&i| holds(&servers[i], "lost-extend")).collect();
+    assert!(left.is_empty(), "the lost hold stays on masters {left:?}: {:?}", pttls(&servers, "lost-extend"));
+}

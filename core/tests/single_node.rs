@@ -779,6 +779,40 @@ async fn an_undo_outlives_the_caller_giving_up() {
     assert!(client.inspect("undo-cut").await.unwrap().is_none(), "the undone grant is still held");
 }
 
+// An extend to a shorter lease whose caller gives up (a timeout around it) still runs on the
+// server: the holder's bound follows at once, so that it never reports itself held after the
+// server's lease ran out (it kept its 30 s, and another client got the lock under it). The same
+// for a re-entry, which sets the lease to the lock's length, left undone after its reply was late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_extend_or_reentry_bounds_the_holder_by_its_lease() {
+    for reenter in [false, true] {
+        let server = RedisServer::start();
+        let (a, b) = (connect_with(&server, fast_opts()).await, connect(&server).await);
+        let lease = if reenter { Duration::from_secs(2) } else { Duration::from_secs(30) };
+        let lock = a.lock("short-lease", LockOptions::lease(lease)).unwrap();
+        let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        g.extend(Duration::from_secs(30)).await.unwrap(); // (and the server knows the extend script)
+        let _: () = server.cmd(&["CLIENT", "PAUSE", "500", "ALL"]);
+        if reenter {
+            // Overdue after 200 ms: undone (the count put back, the 2 s lease left in place).
+            let r = tokio::time::timeout(Duration::from_millis(300), lock.try_acquire()).await;
+            assert!(!matches!(r, Ok(Ok(Some(_)))), "re-entered while the server was paused");
+        } else {
+            let r = tokio::time::timeout(Duration::from_millis(100), g.extend(Duration::from_secs(2))).await;
+            assert!(r.is_err(), "the extend should still be in flight");
+        }
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        let stolen =
+            b.lock("short-lease", LockOptions::lease(Duration::from_secs(5))).unwrap().try_acquire().await;
+        assert!(stolen.unwrap().is_some(), "re-entry {reenter}: the server's 2 s lease should have run out");
+        let (state, remaining) = (g.state(), g.remaining());
+        assert!(
+            !(state == LockState::Held && g.ensure(Duration::from_secs(1)).is_ok()),
+            "re-entry {reenter}: two holders; the first still reports {state:?} with {remaining:?} left"
+        );
+    }
+}
+
 // URL schemes are case-insensitive (RFC 3986), as the Sentinel and Cluster ones already were:
 // `REDIS://` used to be refused as an unsupported scheme.
 #[tokio::test]
