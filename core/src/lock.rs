@@ -1075,6 +1075,12 @@ impl Guard {
                     }
                 };
                 lock.give_up(hold, &why);
+                if target > 0 && matches!(c.backend, Backend::Quorum(_)) {
+                    // An inner level: the masters that still have the hold keep it at that
+                    // level, and the outer guard's release will find it given up and send
+                    // nothing. Clear them now.
+                    let _ = lock.send_release(0).await;
+                }
                 Err(Error::new(ErrorKind::Lost, format!("the lock was lost before release: {why}")))
             }
             Ok(n) => {

@@ -1309,3 +1309,21 @@ async fn an_extend_that_finds_the_hold_lost_clears_the_minority() {
     let left: Vec<usize> = (0..5).filter(|&i| holds(&servers[i], "lost-extend")).collect();
     assert!(left.is_empty(), "the lost hold stays on masters {left:?}: {:?}", pttls(&servers, "lost-extend"));
 }
+
+// The same for an inner level's release that finds the hold lost on a majority: the masters that
+// still have it are cleared (the outer guard's release finds the hold given up and sends nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_inner_release_that_finds_the_hold_lost_clears_the_minority() {
+    let servers = start_many(5);
+    let client = redlock(&servers).await;
+    let lock = client.lock("lost-inner", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let outer = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    let inner = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    for s in &servers[..3] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{lost-inner}"]);
+    }
+    assert_eq!(inner.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(outer.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    let left: Vec<usize> = (0..5).filter(|&i| holds(&servers[i], "lost-inner")).collect();
+    assert!(left.is_empty(), "the lost hold stays on masters {left:?}: {:?}", pttls(&servers, "lost-inner"));
+}
