@@ -26,15 +26,24 @@ mod server;
 mod signals;
 mod spinner;
 
-/// Bytes for display: valid UTF-8 as it is, any other byte as `\xNN` (lock names and owners
-/// are binary-safe; replacing bad bytes with U+FFFD would show two names alike).
+/// Bytes for display: printable UTF-8 as it is, a backslash doubled, and every other byte (not
+/// valid UTF-8, or part of a control character) as `\xNN`. Lock names and owners are binary-safe:
+/// replacing bad bytes with U+FFFD would show two names alike, and a control character (a newline,
+/// a terminal escape) would forge or garble the lines around it.
 pub fn shown(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
+    let hex = |out: &mut String, b: &u8| out.push_str(&format!("\\x{b:02x}"));
     for chunk in bytes.utf8_chunks() {
-        out.push_str(chunk.valid());
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                c if c.is_control() => {
+                    c.encode_utf8(&mut [0; 4]).as_bytes().iter().for_each(|b| hex(&mut out, b))
+                }
+                c => out.push(c),
+            }
         }
+        chunk.invalid().iter().for_each(|b| hex(&mut out, b));
     }
     out
 }

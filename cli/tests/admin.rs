@@ -97,6 +97,16 @@ fn names_that_are_not_utf8_are_shown_byte_for_byte() {
     assert!(stdout(&out).starts_with("{\"name\":\"caf\\\\xff\",\"held\":false,"), "{}", stdout(&out));
     let out = output(on(&server).args(["unlock", "--force"]).arg(b));
     assert_eq!(stdout(&out).trim(), "caf\\xff was not held: nothing removed");
+    // A backslash is doubled, so the text name `caf\xe9` does not print as the byte name
+    // above; a control character is escaped, so a name cannot forge lines of the output.
+    let out = output(on(&server).arg("status").arg(r"caf\xe9"));
+    assert!(stdout(&out).starts_with("name: caf\\\\xe9\nstate: free\n"), "{}", stdout(&out));
+    let out = output(on(&server).args(["status", "x\nstate: held\nowner: forged\x1b[2J"]));
+    assert!(
+        stdout(&out).starts_with("name: x\\x0astate: held\\x0aowner: forged\\x1b[2J\nstate: free\n"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
