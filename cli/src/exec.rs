@@ -71,12 +71,14 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
             for_child.restore()
         });
     }
-    // Non-interactive (cron, CI, a background job): the command leads its own process group and
-    // every signal goes to the whole group, so a shell script's children stop with it (a shell
-    // killed by SIGTERM does not pass it on). Interactive (ferrolock in the foreground of its
-    // terminal): the command stays in ferrolock's group, which keeps the terminal (reads,
-    // Ctrl-C, Ctrl-Z), and signals go to the command's process only.
-    let own_group = !signals::in_terminal_foreground();
+    // Without a controlling terminal (cron, systemd, CI): the command leads its own process
+    // group and every signal goes to the whole group, so a shell script's children stop with it
+    // (a shell killed by SIGTERM does not pass it on). With one (an interactive session, also
+    // with stdio redirected or as a background job): the command stays in ferrolock's group, so
+    // that the terminal's job control treats them as one job (reads, Ctrl-C, Ctrl-Z, `fg`); a
+    // group of its own would be a background group that the terminal stops (SIGTTIN) as soon as
+    // it reads, and that `fg` never resumes. Signals then go to the command's process only.
+    let own_group = !signals::has_controlling_terminal();
     if own_group {
         cmd.process_group(0);
     }
@@ -135,6 +137,19 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
         }
     };
     let status = status.map_err(|e| Fail::new(code::FAILURE, format!("cannot wait for the command: {e}")))?;
+    if let Some(at) = kill_at {
+        // Lost, and the command ended within its grace: what is left of its process group (a
+        // shell script's children that outlived their shell) gets the grace's SIGKILL too,
+        // before ferrolock exits. (These are not our children: nothing to wait on but the group.)
+        while target.group_alive() && Instant::now() < at {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if target.group_alive() {
+            let grace = human(a.kill_grace);
+            say!("ferrolock: the command's process group did not stop within {grace}: sending SIGKILL");
+            target.send(libc::SIGKILL);
+        }
+    }
     if lost {
         // Cleans up whatever is left under our token; the core never touches another owner's hold.
         let _ = guard.release().await;

@@ -138,11 +138,19 @@ fn is_ignored(sig: libc::c_int) -> bool {
     }
 }
 
-/// Whether ferrolock runs in the foreground process group of its terminal (interactive use).
-pub fn in_terminal_foreground() -> bool {
-    // SAFETY: getpgrp and tcgetpgrp only read process and terminal state.
-    let group = unsafe { libc::getpgrp() };
-    (0..3).any(|fd| unsafe { libc::tcgetpgrp(fd) } == group)
+/// Whether ferrolock has a controlling terminal (an interactive session, in the foreground or
+/// as a job in the background, whatever its stdin, stdout and stderr are): `/dev/tty` opens.
+pub fn has_controlling_terminal() -> bool {
+    // SAFETY: open(2) of a constant path (not made the controlling terminal: O_NOCTTY), and
+    // close(2) of the descriptor it returned.
+    unsafe {
+        let fd = libc::open(c"/dev/tty".as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        libc::close(fd);
+    }
+    true
 }
 
 /// Where the command's signals go: its process, or its whole process group.
@@ -171,6 +179,14 @@ impl Target {
             return;
         }
         self.send(c.sig);
+    }
+
+    /// Whether the command leads a process group of its own that still has a member (after the
+    /// command itself was reaped: its children). Such a group keeps its id, which the kernel
+    /// does not hand to a new process while the group exists.
+    pub fn group_alive(self) -> bool {
+        // SAFETY: kill(2) with signal 0 only checks that the group exists.
+        self.group && self.pid > 0 && unsafe { libc::kill(-self.pid, 0) } == 0
     }
 
     pub fn send(self, sig: libc::c_int) {

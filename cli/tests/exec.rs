@@ -362,6 +362,42 @@ fn a_loss_stops_the_commands_children_too_when_not_on_a_terminal() {
     }
 }
 
+// The same with a child that traps SIGTERM (to finish its current write): it outlives its
+// shell, which dies at once; the group still gets the SIGKILL of --kill-grace, and ferrolock
+// exits only then (it used to exit 76 as soon as the shell was gone, and the child ran on
+// without the lock).
+#[test]
+fn after_a_loss_the_commands_group_gets_the_sigkill_of_the_grace() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("lossgroup");
+    let (pid_file, ready) = (dir.path("pid"), dir.path("ready"));
+    let script =
+        r#"(trap '' TERM; while :; do sleep 0.1; done) >/dev/null 2>&1 & echo $! > "$1"; touch "$2"; wait"#;
+    let mut c = on(&server);
+    c.args(["exec", "--ttl", "600ms", "--kill-grace", "1s", "lossgroup", "--", "sh", "-c", script, "sh"])
+        .arg(&pid_file)
+        .arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    let worker = std::fs::read_to_string(&pid_file).expect("pid").trim().to_owned();
+    let _: i64 = server.cmd(&["DEL", "ferrolock:{lossgroup}"]);
+    let out = p.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(76), "stderr: {}", stderr(&out));
+    let start = Instant::now();
+    while !gone(&worker) && start.elapsed() < Duration::from_millis(500) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !gone(&worker) {
+        if let Ok(pid) = worker.parse::<libc::pid_t>()
+            && pid > 0
+        {
+            // SAFETY: kill(2) of the test's own grandchild, before failing.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        panic!("the worker {worker} still ran after ferrolock exited 76; stderr: {}", stderr(&out));
+    }
+}
+
 /// `--fair`: runs waiting on a held name get it in the order they started waiting.
 #[test]
 fn fair_runs_get_the_lock_in_arrival_order() {

@@ -1,9 +1,9 @@
 //! Behaviour on a terminal (run under `script(1)` for a pseudo-terminal): the waiting display,
-//! and Ctrl-C reaching the command once.
+//! Ctrl-C reaching the command once, and the command using the terminal.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -130,9 +130,9 @@ fn in_foreground(pid: libc::pid_t) -> bool {
 fn ctrl_c_reaches_a_command_started_in_the_background_and_brought_to_the_foreground() {
     let server = RedisServer::start();
     let run = Counting::new(&server, "fg", "kf");
-    // Started as a background job (job control on): ferrolock is not in the terminal's
-    // foreground, so the command gets its own process group; then `fg` brings ferrolock's
-    // group, not the command's, to the foreground. A Ctrl-C reaches ferrolock only.
+    // Started as a background job (job control on), then brought to the foreground with `fg`:
+    // the command shares ferrolock's group (it has a controlling terminal), so it comes to the
+    // foreground with it, and a Ctrl-C reaches it directly, once.
     let ready = format!("'{}'", run.ready.display());
     let line = format!(
         "set -m; {} & while [ ! -e {ready} ]; do sleep 0.05; done; fg %1 >/dev/null",
@@ -148,6 +148,80 @@ fn ctrl_c_reaches_a_command_started_in_the_background_and_brought_to_the_foregro
     p.type_in(b"\x03");
     let out = p.finish(Duration::from_secs(30));
     assert_eq!(code(&out), Some(3), "the command's own status: {}", stdout(&out));
-    assert_eq!(run.sigints(), "1", "passed on to the command's group");
+    assert_eq!(run.sigints(), "1", "one SIGINT, not two");
     assert!(!held(&server, "kf"));
+}
+
+/// Process state letter from /proc/PID/stat ('T' = stopped), if the process exists.
+fn state(pid: &str) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next())
+}
+
+fn kill9(pid: &str) {
+    if let Ok(p) = pid.parse::<libc::pid_t>()
+        && p > 0
+    {
+        // SAFETY: kill(2) of a process this test started (by pid).
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+}
+
+/// Runs the shell line `make_line(url, script)` on a terminal, where `script` is a command that
+/// writes "$$ $PPID" to a ready file, reads a line from /dev/tty and writes it out; types
+/// "hello" and checks the command got it (it used to be stopped by SIGTTIN for good, in a
+/// background process group of its own, while ferrolock waited and renewed the lock).
+fn reads_the_terminal(tag: &str, make_line: impl Fn(&str, &str) -> String) {
+    let server = RedisServer::start();
+    let dir = TempDir::new(tag);
+    let (ready, out) = (dir.path("ready"), dir.path("out"));
+    let (ready_s, out_s) = (ready.display().to_string(), out.display().to_string());
+    let script = format!(
+        "echo \"$$ $PPID\" > '{ready_s}.tmp'; mv '{ready_s}.tmp' '{ready_s}'; read x </dev/tty; echo \"got $x\" > '{out_s}'"
+    );
+    let mut p = terminal_line(&make_line(&server.url(), &script));
+    wait_for_file(&ready);
+    let ids = std::fs::read_to_string(&ready).expect("ready");
+    let (child, fl) = ids.trim().split_once(' ').expect("pids");
+    let (child, fl) = (child.to_owned(), fl.to_owned());
+    std::thread::sleep(Duration::from_millis(500));
+    p.type_in(b"hello\n");
+    let start = Instant::now();
+    while !out.exists() && start.elapsed() < Duration::from_secs(8) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if std::fs::read_to_string(&out).unwrap_or_default().trim() != "got hello" {
+        let child_state = state(&child);
+        let still_held = held(&server, "tty");
+        kill9(&child);
+        kill9(&fl);
+        drop(p);
+        panic!(
+            "the command never read the terminal: state {child_state:?} ('T': stopped), lock held: {still_held}"
+        );
+    }
+    let o = p.finish(Duration::from_secs(20));
+    assert_eq!(code(&o), Some(0), "{}", stdout(&o));
+}
+
+fn exec_script(url: &str, script: &str) -> String {
+    let args = [BIN, "--redis", url, "exec", "tty", "--", "sh", "-c", script].map(str::to_owned);
+    sh_words(&args)
+}
+
+/// A job started from an interactive shell with its output redirected (to a log file) whose
+/// command asks something on /dev/tty (sudo, ssh and git credentials do).
+#[test]
+fn a_command_reading_dev_tty_with_redirected_stdio_is_not_stopped() {
+    reads_the_terminal("ttyredir", |url, script| {
+        format!("exec {} </dev/null >/dev/null 2>&1", exec_script(url, script))
+    });
+}
+
+/// Started in the background, brought to the foreground with `fg` a second later.
+#[test]
+fn a_command_started_in_the_background_can_read_the_terminal_after_fg() {
+    reads_the_terminal("ttyfg", |url, script| {
+        format!("set -m; {} & sleep 1; fg %1 >/dev/null", exec_script(url, script))
+    });
 }

@@ -15,6 +15,15 @@ pub fn ferrolock(urls: &[String]) -> Command {
     let mut c = Command::new(BIN);
     c.env_remove("FERROLOCK_REDIS").stdin(Stdio::null());
     default_signals(&mut c);
+    // As from cron or CI: no controlling terminal, also when the tests run from one (the
+    // command then leads a process group of its own, which exec.rs's tests rely on).
+    // SAFETY: only setsid(2), async-signal-safe, between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
     for u in urls {
         c.arg("--redis").arg(u);
     }
