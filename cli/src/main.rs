@@ -234,7 +234,7 @@ async fn run(cli: Cli, signals: Option<Signals>) -> Result<u8, Fail> {
         urls: server::urls(cli.redis)?,
         tls: server::tls(cli.cacert, cli.cert, cli.key)?,
         replica_acks,
-        prefix: cli.prefix.or_else(|| std::env::var("FERROLOCK_PREFIX").ok()),
+        prefix: server::prefix(cli.prefix)?,
     };
     match (cli.command, signals) {
         (Command::Exec(a), Some(signals)) => exec::run(&servers, a, signals).await,

@@ -24,6 +24,21 @@ pub fn urls(flags: Vec<String>) -> Result<Vec<String>, Fail> {
     }
 }
 
+/// The key prefix from `--prefix`, else from `FERROLOCK_PREFIX`; `None`: the library's default.
+/// One that is not UTF-8 is refused (ignored, it would lock another key than the applications).
+pub fn prefix(flag: Option<String>) -> Result<Option<String>, Fail> {
+    if flag.is_some() {
+        return Ok(flag);
+    }
+    match std::env::var("FERROLOCK_PREFIX") {
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Fail::usage("FERROLOCK_PREFIX is not valid UTF-8".to_owned()))
+        }
+    }
+}
+
 /// Where to connect: the URLs and the TLS files for `rediss://`.
 #[derive(Debug)]
 pub struct Servers {

@@ -220,4 +220,13 @@ fn a_prefix_reaches_the_applications_keys() {
     assert_eq!(code(&out), Some(76), "the holder did not see its loss: {}", stderr(&out));
     let out = output(on(&server).args(["--prefix", "a{b", "status", "bare"]));
     assert_eq!(code(&out), Some(2), "a bad prefix is a usage error: {}", stderr(&out));
+    // One that is not UTF-8 too (it was ignored: the default prefix locked another key).
+    use std::os::unix::ffi::OsStrExt;
+    let out = output(
+        on(&server)
+            .env("FERROLOCK_PREFIX", std::ffi::OsStr::from_bytes(b"app\xff:"))
+            .args(["status", "bare"]),
+    );
+    assert_eq!(code(&out), Some(2), "stderr: {}", stderr(&out));
+    assert!(stderr(&out).contains("FERROLOCK_PREFIX"), "{}", stderr(&out));
 }
