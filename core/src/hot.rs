@@ -30,6 +30,8 @@
 //!
 //! Not on this path: TLS, Sentinel and Cluster clients, Redlock, acquires with `replica_acks`
 //! (their `WAIT` must share the script's connection, replicas.rs), renewals and everything else.
+//! A handle's own requests that go on the multiplexed connection (that acquire pipeline, an
+//! extend) wait first for a pin on the hot connection to settle ([`HotConn::settle_pin`]).
 
 use std::collections::VecDeque;
 use std::io;
@@ -274,6 +276,19 @@ impl HotConn {
             }
         }
         Box::pin(Self::multiplexed(conn, pin, &req.cmd)).await
+    }
+
+    /// Before a request of this handle that must go on the multiplexed connection (the
+    /// acquire pipeline with its `WAIT`, an extend): if `pin` holds the handle to the hot
+    /// connection (a request of unknown outcome there), a `PING` queues behind that request, and
+    /// its reply says everything before it has run, so nothing of this handle overtakes it. An
+    /// error: the `PING` was not answered either, and the request must not go now.
+    pub(crate) async fn settle_pin(hot: Option<&HotConn>, conn: &Conn, pin: &HotPin) -> RedisResult<()> {
+        if hot.is_none() || pin.route.load(Ordering::Acquire) <= MULTIPLEXED {
+            return Ok(());
+        }
+        let ping = Request::new(redis::cmd("PING"));
+        Self::query(hot, conn, pin, &ping, false).await.map(drop)
     }
 
     async fn multiplexed(conn: &Conn, pin: &HotPin, cmd: &redis::Cmd) -> RedisResult<Value> {

@@ -365,6 +365,9 @@ impl Lock {
 
     /// Fair mode: restart the lease of a handed-on grant (owner-checked `extend`).
     async fn confirm_grant(&self, conn: &crate::client::Conn) -> Confirmed {
+        if HotConn::settle_pin(self.inner.client.inner.hot.as_ref(), conn, &self.inner.pin).await.is_err() {
+            return Confirmed::Unknown;
+        }
         let t_send = Instant::now();
         let r: redis::RedisResult<i64> = scripts::EXTEND
             .key(&self.inner.keys.hold)
@@ -1134,6 +1137,9 @@ impl Guard {
             Backend::Single { conn, .. } => conn,
             Backend::Quorum(q) => return q.clone().extend(lock, &self.hold, ttl).await,
         };
+        // Not ahead of a request of this handle still unanswered on the hot connection (a
+        // re-entry setting the lock's own lease would otherwise cut this extend back).
+        HotConn::settle_pin(c.inner.hot.as_ref(), conn, &lock.inner.pin).await.map_err(|e| c.error(&e))?;
         let t_send = Instant::now();
         // Until the server answers it may run the extend (even after this call is given up): a
         // shorter lease is the local bound from now (see `Hold::lease_unknown`).

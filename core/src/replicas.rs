@@ -83,6 +83,9 @@ pub(crate) async fn acquire(lock: &LockInner, conn: &Conn, queue_ms: Option<u64>
         wait.arg(acks.replicas).arg(timing::millis(acks.timeout).max(1));
         let mut pipe = redis::pipe();
         pipe.add_command(script).add_command(wait);
+        // Behind an undo or release of this handle still unanswered on the hot connection, not
+        // ahead of it (that undo would delete this grant).
+        HotConn::settle_pin(lock.client.inner.hot.as_ref(), conn, &lock.pin).await?;
         lock.pin.multiplexed();
         let mut replies = Box::pin(on_one_connection(conn, &pipe, &lock.keys.hold)).await?.into_iter();
         lock.pin.answered();

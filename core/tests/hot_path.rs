@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Monitor, RedisServer, connect_with, fast_opts};
+use common::{HoldProxy, Monitor, RedisServer, connect, connect_with, fast_opts};
 use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions};
 
 /// What hot-path tests read from the shared [`Monitor`].
@@ -175,4 +175,68 @@ async fn the_hot_connection_uses_the_urls_password_and_database() {
     g.release().await.unwrap();
     let gone: bool = redis::cmd("EXISTS").arg("ferrolock:{db3}").query(&mut raw).unwrap();
     assert!(!gone, "released in db 3");
+}
+
+// A handle's request that must go on the multiplexed connection waits for one of its requests
+// still unanswered on the hot connection (here held back on the way), or fails: it never
+// overtakes it. An extend that overtook a re-entry was cut back by the re-entry's lease (2 s)
+// while the guard counted on the extend's 30 s; an acquire with `replica_acks` (a pipeline with
+// its WAIT) that overtook the undo of the previous, unreplicated grant was deleted by that undo
+// while its guard reported it held. Each case: whatever the first call returns, once the held
+// requests have run the guard that reports the lock held really holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_on_the_multiplexed_connection_does_not_overtake_the_hot_ones() {
+    // Connection 0 is the multiplexed one (at connect), 1 the hot one (the first acquire).
+    let server = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&server, &[]);
+    let other = connect(&server).await;
+    for acks in [false, true] {
+        let proxy = HoldProxy::start(&server, 1);
+        let mut o = fast_opts();
+        if acks {
+            o.replica_acks = Some(ferrolock::ReplicaAcks::new(1, Duration::from_millis(100)));
+        }
+        let client = Client::connect(&proxy.url, o).await.unwrap();
+        assert!(client.set_hot_path_for_tests(true));
+        let name = if acks { "overtake-acks" } else { "overtake-extend" };
+        // The extend case waits out the re-entry's 2 s lease; the other needs none.
+        let lease = Duration::from_secs(if acks { 30 } else { 2 });
+        let lock = client.lock(name, LockOptions::lease(lease)).unwrap();
+        let g = lock.acquire(Some(Duration::ZERO)).await.unwrap(); // opens the hot connection
+        let g = if acks {
+            g.release().await.unwrap();
+            replica.pause();
+            proxy.hold(true);
+            // Granted, not replicated: undone on the hot connection, where it is held back.
+            assert_eq!(lock.try_acquire().await.unwrap_err().kind(), ErrorKind::NotReplicated);
+            replica.resume();
+            let first = lock.try_acquire().await; // the retry, now replicated
+            proxy.hold(false);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            match first {
+                Ok(g) => g.expect("free"),
+                Err(_) => lock.try_acquire().await.unwrap().expect("free"),
+            }
+        } else {
+            proxy.hold(true);
+            // A re-entry, unanswered on the hot connection: its undo queues behind it there.
+            assert!(lock.try_acquire().await.unwrap_err().kind().is_transient());
+            let first = g.extend(Duration::from_secs(30)).await;
+            proxy.hold(false);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            if first.is_err() {
+                g.extend(Duration::from_secs(30)).await.unwrap();
+            }
+            g
+        };
+        if !acks {
+            tokio::time::sleep(Duration::from_millis(2300)).await; // past the re-entry's lease
+        }
+        let theirs =
+            other.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap().try_acquire().await;
+        assert!(
+            !(g.ensure(Duration::ZERO).is_ok() && theirs.unwrap().is_some()),
+            "replica_acks {acks}: another client took the lock while the guard reported it held"
+        );
+    }
 }

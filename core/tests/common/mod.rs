@@ -61,3 +61,72 @@ impl Monitor {
         Monitor { lines }
     }
 }
+
+/// A TCP proxy on a free loopback port to `server`: what the client sends on its connection
+/// number `held_conn` (0-based, in accept order) is held back while [`HoldProxy::hold`] is on,
+/// then delivered in order; everything else flows. A slow or lossy path on that one connection:
+/// two TCP connections have no order between them, which pausing the server cannot show (it
+/// runs what both delivered in arrival order).
+pub struct HoldProxy {
+    pub url: String,
+    hold: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl HoldProxy {
+    pub fn start(server: &RedisServer, held_conn: usize) -> HoldProxy {
+        use std::io::Read;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}", listener.local_addr().unwrap());
+        let hold = Arc::new(AtomicBool::new(false));
+        let (h, target) = (hold.clone(), server.port());
+        std::thread::spawn(move || {
+            for (idx, c) in listener.incoming().enumerate() {
+                let Ok(client) = c else { return };
+                let Ok(upstream) = TcpStream::connect(("127.0.0.1", target)) else { return };
+                let _ = (client.set_nodelay(true), upstream.set_nodelay(true));
+                let (mut from_server, mut to_client) =
+                    (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16384];
+                    while let Ok(k) = from_server.read(&mut buf) {
+                        if k == 0 || to_client.write_all(&buf[..k]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to_client.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut from_client, mut to_server, hold) = (client, upstream, h.clone());
+                std::thread::spawn(move || {
+                    from_client.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
+                    let (mut pending, mut buf) = (Vec::new(), [0u8; 16384]);
+                    loop {
+                        match from_client.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(k) => pending.extend_from_slice(&buf[..k]),
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                ) => {}
+                            Err(_) => break,
+                        }
+                        let held = idx == held_conn && hold.load(Ordering::SeqCst);
+                        if !held && !pending.is_empty() {
+                            if to_server.write_all(&pending).is_err() {
+                                break;
+                            }
+                            pending.clear();
+                        }
+                    }
+                    let _ = to_server.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        HoldProxy { url, hold }
+    }
+
+    pub fn hold(&self, on: bool) {
+        self.hold.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
