@@ -88,7 +88,7 @@ impl ShardedSubs {
         opts: Arc<ClientOptions>,
         notifier: &Arc<Notifier>,
     ) -> Arc<ShardedSubs> {
-        Arc::new_cyclic(|me| ShardedSubs {
+        let subs = Arc::new_cyclic(|me| ShardedSubs {
             me: me.clone(),
             notifier: Arc::downgrade(notifier),
             cmd,
@@ -99,7 +99,9 @@ impl ShardedSubs {
             repair: AtomicBool::new(true),
             checking: AtomicBool::new(false),
             last_check: Mutex::new(None),
-        })
+        });
+        tokio::spawn(look_around(Arc::downgrade(&subs)));
+        subs
     }
 
     /// Test knob (see [`crate::Client::set_cluster_resubscription`]).
@@ -351,12 +353,17 @@ impl ShardedSubs {
         };
         let key = key.to_vec();
         tokio::spawn(async move {
-            me.check_owner(&key).await;
+            me.check_owner(Some(&key)).await;
             me.checking.store(false, Ordering::Release);
         });
     }
 
-    async fn check_owner(&self, key: &[u8]) {
+    /// Move every wanted subscription that is not on its slot's master (per `CLUSTER SLOTS`), and
+    /// check the driver's route for `key` (else for the first such channel's lock), as after a
+    /// timeout. A master that hangs with its connections open sends no `sunsubscribe` when its
+    /// replica takes over: its subscriptions would stay there, their releases unheard, and a
+    /// client only waiting sends no command that could time out (see [`look_around`]).
+    async fn check_owner(&self, key: Option<&[u8]>) {
         use redis::cluster_routing::{
             MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
         };
@@ -376,6 +383,19 @@ impl ShardedSubs {
             RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(ResponsePolicy::OneSucceeded)));
         let Some(Ok(v)) = ask(redis::cmd("CLUSTER").arg("SLOTS").clone(), all).await else { return };
         let table = parse_ranges(&v);
+        let owner_of = |slot: u16| table.iter().find(|r| (r.0..=r.1).contains(&slot)).map(|r| r.2.clone());
+        let strays: Vec<(Vec<u8>, String)> = lock(&self.state)
+            .wanted
+            .iter()
+            .filter(|(c, a)| !a.is_empty() && owner_of(key_slot(c)).is_some_and(|o| o != **a))
+            .map(|(c, a)| (c.clone(), a.clone()))
+            .collect();
+        let stray_key = strays.first().and_then(|(c, _)| c.strip_suffix(b":released")).map(<[u8]>::to_vec);
+        for (channel, from) in strays {
+            self.start_repair(channel, &from);
+        }
+        let Some(key) = key.map(<[u8]>::to_vec).or(stray_key) else { return };
+        let key = key.as_slice();
         let slot = key_slot(key);
         let Some((_, _, owner, Some(owner_id))) = table.iter().find(|r| (r.0..=r.1).contains(&slot)).cloned()
         else {
@@ -410,13 +430,8 @@ impl ShardedSubs {
         if let Some(route) = table.iter().find(|r| r.2 != owner).and_then(|r| by_addr(&r.2)) {
             let _ = ask(redis::cmd("EXISTS").arg(key).clone(), route).await;
         }
-        // The release subscription of this lock, if it is on another node, moves too.
-        let mut channel = key.to_vec();
-        channel.extend_from_slice(b":released");
-        let moved = lock(&self.state).wanted.get(&channel).filter(|a| !a.is_empty() && **a != owner).cloned();
-        if let Some(from) = moved {
-            self.start_repair(channel, &from);
-        }
+        // (The subscriptions that were on another node than their slot's master are moving
+        // already, above.)
     }
 
     fn start_repair(&self, channel: Vec<u8>, from: &str) {
@@ -451,6 +466,27 @@ impl ShardedSubs {
             }
             lock(&me.state).repairing.remove(&channel);
         });
+    }
+}
+
+/// While channels are subscribed, look once a second (or once per response timeout, if longer)
+/// whether each is on its slot's master ([`ShardedSubs::check_owner`]). Ends with the client.
+async fn look_around(subs: Weak<ShardedSubs>) {
+    let every = match subs.upgrade() {
+        Some(s) => s.opts.response_timeout.max(Duration::from_secs(1)),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(s) = subs.upgrade() else { return };
+        if !s.repair.load(Ordering::Relaxed) || lock(&s.state).wanted.is_empty() {
+            continue;
+        }
+        if s.checking.swap(true, Ordering::AcqRel) {
+            continue; // a check after a timeout is running
+        }
+        s.check_owner(None).await;
+        s.checking.store(false, Ordering::Release);
     }
 }
 

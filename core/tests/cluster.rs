@@ -352,52 +352,113 @@ async fn fair_mode_hands_on_over_sharded_messages() {
 }
 
 // A slot master that hangs with its connections open (SIGSTOP; a partition dropping packets
-// looks the same) is failed over by the cluster. The driver never rebuilds its slot map on a
-// timeout, so every command for that slot kept going to the hung node: the holder could not
-// release, the waiter timed out with the lock free on the new master. A timeout now makes the
-// client check the slot's master and rebuild the map: the waiter gets the lock.
+// looks the same) is failed over by the cluster; it sends no `sunsubscribe` and nothing closes.
+// The driver never rebuilds its slot map on a timeout, so every command for that slot kept going
+// to the hung node: the holder could not release, the waiter timed out with the lock free on the
+// new master. A timeout now makes the client check the slot's master and rebuild the map, and
+// every subscription left on a node that no longer serves its slot moves (checked after such a
+// timeout and once a second while anything is subscribed): waiters in the holder's client
+// (`control`, `own`: a lock whose release did not time out) and in another client that sent
+// nothing meanwhile (`subject`) get the lock at once, not at the holder's 30 s bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_master_failed_over_is_left_for_its_heir() {
     let cluster = RedisCluster::start(3, 1);
+    // Two locks whose slots the same master serves.
+    let first = "hung-0";
+    let master = cluster.master_of(&key(first));
+    let mut same =
+        (1..400).map(|i| format!("hung-{i}")).filter(|n| cluster.master_of(&key(n)).port() == master.port());
+    let other = same.next().expect("a second name on the same master");
+    let third = same.next().expect("a third name on the same master");
+    let heir = cluster.replica_of(master);
     let holder_c = Client::connect(&cluster.url(3), opts()).await.unwrap();
     let waiter_c = Client::connect(&cluster.url(3), opts()).await.unwrap();
-    let name = "hung";
-    // A lease that outlasts the failover on a loaded machine: the release must find the hold.
-    let holder = holder_c.lock(name, LockOptions::lease(Duration::from_secs(15))).unwrap();
-    let g = holder.try_acquire().await.unwrap().expect("free");
-    let master = cluster.master_of(&key(name));
-    let heir = cluster.replica_of(master);
+    let lease = LockOptions::lease(Duration::from_secs(30));
+    // `control`: held and waited on in holder_c; `subject`: held in holder_c, waited on in waiter_c.
+    let (control, subject) = (first.to_owned(), other);
+    let g_control = holder_c.lock(&control, lease).unwrap().try_acquire().await.unwrap().unwrap();
+    let g_subject = holder_c.lock(&subject, lease).unwrap().try_acquire().await.unwrap().unwrap();
+    // `own`: held and waited on in holder_c too, like `control`, but released after it.
+    let own = third;
+    let g_own = holder_c.lock(&own, lease).unwrap().try_acquire().await.unwrap().unwrap();
     let _: i64 = master.cmd(&["WAIT", "1", "1000"]);
-    let lock = waiter_c.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap();
-    let waiter =
-        tokio::spawn(async move { lock.acquire(Some(Duration::from_secs(25))).await.map(|g| g.fence()) });
-    let channel = format!("{}:released", key(name));
-    let start = Instant::now();
-    while master.cmd::<Vec<redis::Value>>(&["PUBSUB", "SHARDNUMSUB", &channel]).get(1)
-        != Some(&redis::Value::Int(1))
-    {
-        assert!(start.elapsed() < Duration::from_secs(5), "the waiter never subscribed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let wait = Some(Duration::from_secs(60));
+    let short = LockOptions::lease(Duration::from_secs(5));
+    let l = holder_c.lock(&control, short).unwrap();
+    let control_waiter = tokio::spawn(async move {
+        let r = l.acquire(wait).await;
+        (Instant::now(), r.map(|g| g.fence()))
+    });
+    let l = holder_c.lock(&own, short).unwrap();
+    let own_waiter = tokio::spawn(async move {
+        let r = l.acquire(wait).await;
+        (Instant::now(), r.map(|g| g.fence()))
+    });
+    let l = waiter_c.lock(&subject, short).unwrap();
+    let subject_waiter = tokio::spawn(async move {
+        let r = l.acquire(wait).await;
+        (Instant::now(), r.map(|g| g.fence()))
+    });
+    for name in [&control, &subject, &own] {
+        let channel = format!("{}:released", key(name));
+        let start = Instant::now();
+        while master.cmd::<Vec<redis::Value>>(&["PUBSUB", "SHARDNUMSUB", &channel]).get(1)
+            != Some(&redis::Value::Int(1))
+        {
+            assert!(start.elapsed() < Duration::from_secs(5), "a waiter never subscribed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
+    tokio::time::sleep(Duration::from_millis(300)).await; // both waiters asleep on the 30 s PTTL
+
     master.pause();
     let start = Instant::now();
     while heir.info_field("replication", "role").as_deref() != Some("master") {
         assert!(start.elapsed() < Duration::from_secs(30), "no failover");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // The holder's release reaches the heir (a first try may still time out on the hung node).
-    let mut released = false;
-    for _ in 0..5 {
-        match g.release().await {
-            Ok(()) => {
-                released = true;
-                break;
+    // Release the control first: its timeout makes holder_c check the slot and move its
+    // subscription; then the subject (the map is fixed by then).
+    let mut release_times = Vec::new();
+    for g in [&g_control, &g_subject, &g_own] {
+        let mut ok = false;
+        for _ in 0..6 {
+            match g.release().await {
+                Ok(()) => {
+                    ok = true;
+                    break;
+                }
+                Err(e) => eprintln!("release: {e}"),
             }
-            Err(e) => eprintln!("release: {e}"),
         }
+        assert!(ok, "the holder never released on the heir");
+        release_times.push(Instant::now());
     }
-    let got = waiter.await.unwrap();
+    eprintln!("released after {:?}", release_times.iter().map(|t| *t - start).collect::<Vec<_>>());
+
+    let (t_control, r_control) =
+        tokio::time::timeout(Duration::from_secs(10), control_waiter).await.expect("control waiter").unwrap();
+    assert!(r_control.is_ok(), "{r_control:?}");
+    let control_delay = t_control.saturating_duration_since(release_times[0]);
+    eprintln!("control waiter (holder's client) got the lock {control_delay:?} after the release");
+
+    let (t_subject, r_subject) = subject_waiter.await.unwrap();
+    let (t_own, r_own) = own_waiter.await.unwrap();
     master.resume();
-    assert!(got.is_ok(), "the waiter never got the lock from the heir: {got:?}");
-    assert!(released, "the holder never released on the heir");
+    let subject_delay = t_subject.saturating_duration_since(release_times[1]);
+    let own_delay = t_own.saturating_duration_since(release_times[2]);
+    eprintln!(
+        "subject waiter (another client) got the lock {subject_delay:?} after the release: {r_subject:?}"
+    );
+    eprintln!(
+        "own waiter (holder's client, 2nd lock) got the lock {own_delay:?} after the release: {r_own:?}"
+    );
+    assert!(control_delay < Duration::from_secs(3), "control: {control_delay:?}");
+    assert!(r_subject.is_ok() && r_own.is_ok());
+    assert!(
+        subject_delay < Duration::from_secs(3) && own_delay < Duration::from_secs(3),
+        "waiters slept with the lock free on the new master: another client's {subject_delay:?}, \
+         a second lock of the holder's client {own_delay:?}"
+    );
 }
