@@ -246,9 +246,12 @@ impl Error {
                     Some("NOPERM") => ErrorKind::Permission,
                     Some("WRONGPASS") | Some("NOAUTH") => ErrorKind::Auth,
                     // READONLY: a master demoted by a failover (Sentinel asks again, a cluster
-                    // refreshes its slot map); CLUSTERDOWN: a cluster between states.
+                    // refreshes its slot map); CLUSTERDOWN: a cluster between states; MOVED and
+                    // ASK that outlasted the driver's redirections: a slot on the move.
                     Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("MASTERDOWN")
-                    | Some("READONLY") | Some("CLUSTERDOWN") => ErrorKind::Connection,
+                    | Some("READONLY") | Some("CLUSTERDOWN") | Some("MOVED") | Some("ASK") => {
+                        ErrorKind::Connection
+                    }
                     _ => ErrorKind::Script,
                 },
                 R::Parse | R::UnexpectedReturnType => ErrorKind::Protocol,
@@ -322,5 +325,27 @@ mod tests {
             assert_eq!(ErrorKind::from_name(k.name()), Some(k));
             assert!((100..600).contains(&k.code()));
         }
+    }
+
+    /// A server's refusal that waiting can cure is transient (an acquire with a wait retries);
+    /// one that it cannot is not.
+    #[test]
+    fn refusals_that_pass_are_transient() {
+        let kind = |reply: &[u8]| {
+            let v = redis::parse_redis_value(reply).unwrap();
+            Error::from_redis(&v.extract_error().unwrap_err(), &|s| s).kind()
+        };
+        for reply in [
+            &b"-MOVED 3999 127.0.0.1:6381\r\n"[..],
+            b"-ASK 3999 127.0.0.1:6381\r\n",
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            b"-CLUSTERDOWN The cluster is down\r\n",
+            b"-READONLY You can't write against a read only replica.\r\n",
+            b"-LOADING Redis is loading the dataset in memory\r\n",
+        ] {
+            assert!(kind(reply).is_transient(), "{}", String::from_utf8_lossy(reply));
+        }
+        assert_eq!(kind(b"-ERR Error running script\r\n"), ErrorKind::Script);
+        assert_eq!(kind(b"-NOPERM this user has no permissions\r\n"), ErrorKind::Permission);
     }
 }
