@@ -313,12 +313,14 @@ impl SentinelConn {
         }
         let me = self.clone();
         tokio::spawn(async move {
-            me.refresh(false).await;
+            me.refresh(false, None).await;
         });
     }
 
-    /// Ask the sentinels who the master is; switch to it if it changed.
-    async fn refresh(self: &Arc<Self>, forced: bool) {
+    /// Ask the sentinels who the master is; switch to it if it changed. `named`: the address a
+    /// `+switch-master` announced, tried first (the sentinels asked in turn may not all know of
+    /// the switch yet, and the first one's stale answer would end the lookup).
+    async fn refresh(self: &Arc<Self>, forced: bool, named: Option<(String, u16)>) {
         let mut last = self.refresh.lock().await;
         self.refresh_queued.store(false, Ordering::Release);
         if !forced && last.is_some_and(|t| t.elapsed() < REFRESH_GAP) {
@@ -332,8 +334,13 @@ impl SentinelConn {
         let Some(notifier) = self.notifier.upgrade() else { return };
         let current = self.current.read().unwrap_or_else(|p| p.into_inner()).addr.clone();
         let mut tried = Vec::new();
+        let mut named = named.filter(|a| *a != current);
         let (addr, manager) = loop {
-            let addr = match discover(&self.cfg, &self.opts, &tried).await {
+            let found = match named.take() {
+                Some(a) => Ok(a),
+                None => discover(&self.cfg, &self.opts, &tried).await,
+            };
+            let addr = match found {
                 Ok(a) => a,
                 Err(e) => {
                     if tried.is_empty() {
@@ -456,6 +463,7 @@ async fn open_master(
 async fn watch_switch(this: Weak<SentinelConn>) {
     let mut next = 0usize;
     loop {
+        let first = next == 0;
         let (client, timeout) = {
             let Some(me) = this.upgrade() else { return };
             let client = me.cfg.sentinel_clients[next % me.cfg.sentinel_clients.len()].client.clone();
@@ -471,6 +479,11 @@ async fn watch_switch(this: Weak<SentinelConn>) {
         if let Ok(mut conn) = conn
             && conn.subscribe("+switch-master").await.is_ok()
         {
+            if !first && let Some(me) = this.upgrade() {
+                // Not listening since the last sentinel stopped answering: an announcement may
+                // have gone unheard meanwhile.
+                me.refresh(false, None).await;
+            }
             loop {
                 tokio::select! {
                     push = rx.recv() => match push {
@@ -478,14 +491,20 @@ async fn watch_switch(this: Weak<SentinelConn>) {
                         None => break,
                         Some(p) if p.kind == PushKind::Message => {
                             // payload: "<name> <old-ip> <old-port> <new-ip> <new-port>"
-                            let ours = match p.data.get(1) {
-                                Some(Value::BulkString(b)) => {
-                                    b.split(|c| *c == b' ').next() == Some(this_master(&this).as_bytes())
-                                }
-                                _ => false,
+                            let words: Vec<&[u8]> = match p.data.get(1) {
+                                Some(Value::BulkString(b)) => b.split(|c| *c == b' ').collect(),
+                                _ => Vec::new(),
+                            };
+                            let ours = words.first() == Some(&this_master(&this).as_bytes());
+                            let named = match words.as_slice() {
+                                [_, _, _, ip, port] => std::str::from_utf8(ip)
+                                    .ok()
+                                    .zip(std::str::from_utf8(port).ok().and_then(|p| p.parse().ok()))
+                                    .map(|(ip, port)| (ip.to_owned(), port)),
+                                _ => None,
                             };
                             if ours && let Some(me) = this.upgrade() {
-                                me.refresh(true).await;
+                                me.refresh(true, named).await;
                             }
                         }
                         Some(_) => {}
@@ -493,6 +512,14 @@ async fn watch_switch(this: Weak<SentinelConn>) {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {
                         if this.strong_count() == 0 {
                             return;
+                        }
+                        // A sentinel that hangs with the connection open (SIGSTOP, a partition
+                        // dropping packets) announces nothing and never disconnects: move on to
+                        // the next one when it stops answering.
+                        let ping = redis::cmd("PING");
+                        let answer = tokio::time::timeout(timeout, ping.query_async::<Value>(&mut conn)).await;
+                        if !matches!(answer, Ok(Ok(_))) {
+                            break;
                         }
                     }
                 }

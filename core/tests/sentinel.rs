@@ -329,3 +329,37 @@ async fn a_sentinel_naming_a_dead_master_is_passed_over() {
     let e = Client::connect(&alone, opts()).await.unwrap_err();
     assert!(e.kind().is_transient(), "{e}");
 }
+
+// A sentinel that hangs with its connection open (SIGSTOP; a partition dropping packets looks the
+// same) announces nothing and never disconnects. The client's watch for `+switch-master` was on
+// it for good: a failover run by the other sentinels went unnoticed until a command failed, and
+// a client that only waits sends none. Now the watch moves on once its sentinel stops answering,
+// looks the master up there, and the client follows the failover without sending anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_sentinel_does_not_hide_a_failover() {
+    let topo = Topology::start();
+    let client = Client::connect(&topo.url(), opts()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await; // the watch is on the first sentinel
+    topo.sentinels[0].pause();
+    let start = Instant::now();
+    loop {
+        let mut c = topo.sentinels[1].conn().expect("sentinel");
+        match redis::cmd("SENTINEL").arg("FAILOVER").arg(NAME).query::<String>(&mut c) {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(start.elapsed() < Duration::from_secs(15), "SENTINEL FAILOVER: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    let new_master = format!("127.0.0.1:{}", topo.replica.port());
+    let start = Instant::now();
+    while client.sentinel_master().as_deref() != Some(new_master.as_str()) {
+        if start.elapsed() > Duration::from_secs(20) {
+            topo.sentinels[0].resume();
+            panic!("the client did not follow the failover: still on {:?}", client.sentinel_master());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    topo.sentinels[0].resume();
+}
