@@ -171,8 +171,8 @@ impl Target {
     /// Pass a signal ferrolock received on to the command, unless the terminal already sent
     /// it there: a Ctrl-C or Ctrl-\ reaches the terminal's whole foreground process group,
     /// which includes a command that shares ferrolock's group, and a second SIGINT would cut
-    /// short the command's own clean-up. A command in its own group (started when ferrolock was
-    /// not in the foreground) did not get it, and a `kill` reached ferrolock only.
+    /// short the command's own clean-up. A command in its own group (started without a
+    /// controlling terminal) did not get it, and a `kill` reached ferrolock only.
     pub fn forward(self, c: Caught) {
         let typed = c.by_kernel && (c.sig == libc::SIGINT || c.sig == libc::SIGQUIT);
         if typed && !self.group {
