@@ -64,6 +64,9 @@ struct St {
 pub(crate) struct Hold {
     pub fence: u64,
     pub renew: bool,
+    /// An extend or re-entry of this hold is on its way: the watchdog starts no renewal of it
+    /// meanwhile (see [`crate::watchdog::Watchdog::hold_still`]).
+    pub(crate) changing: std::sync::atomic::AtomicBool,
     st: Mutex<St>,
     tx: watch::Sender<LockState>,
     runtime: Handle,
@@ -81,6 +84,7 @@ impl Hold {
         Hold {
             fence,
             renew,
+            changing: std::sync::atomic::AtomicBool::new(false),
             st: Mutex::new(St {
                 count,
                 deadline,
@@ -155,18 +159,20 @@ impl Hold {
     /// A renewal sent with the lease of generation `lease_gen` confirmed the lease until
     /// `deadline`. Ignored when an extend or re-entry set a new lease since it was sent: the
     /// server may have run the renewal first, so only the later lease is known to hold.
-    pub fn renewed(&self, deadline: Instant, lease_gen: u64) {
+    /// Returns whether it counted.
+    pub fn renewed(&self, deadline: Instant, lease_gen: u64) -> bool {
         if self.tx.borrow().is_final() {
-            return;
+            return false;
         }
         {
             let mut st = self.st();
             if st.lease_gen != lease_gen {
-                return;
+                return false;
             }
             st.deadline = st.deadline.max(deadline);
         }
         self.tx.send_if_modified(|s| std::mem::replace(s, LockState::Held) != LockState::Held);
+        true
     }
 
     /// An extend or re-entry set the lease on the server to `ttl`, confirmed until `deadline`:

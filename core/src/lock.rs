@@ -211,8 +211,10 @@ impl Lock {
                 s.mark(); // a release after this point wakes us (or the next waiter in line)
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            // Fair mode queues a waiter that subscribed and may still wait (docs/PROTOCOL.md).
-            let queue_ms = match (fair && sub.is_some(), left) {
+            // Fair mode queues a waiter that subscribed and may still wait (docs/PROTOCOL.md),
+            // with this handle's queue turn: not a re-entry, which took none (were its try to
+            // find another owner, the queued token would stay behind when it gives up).
+            let queue_ms = match (fair && sub.is_some() && queued.turn.is_some(), left) {
                 (false, _) | (true, Some(Duration::ZERO)) => None,
                 (true, None) => Some(u64::from(u32::MAX)),
                 (true, Some(l)) => Some(timing::millis(l).max(1)),
@@ -463,15 +465,21 @@ impl Lock {
         // If this future is dropped mid-flight, or the outcome is unknown, undo whatever the
         // script may have done with this token.
         let mut pending = Pending { lock: Some((self.clone(), op)), prior };
-        let t_send = Instant::now();
+        // A re-entry sets the lease to this lock's length: no renewal of the hold may land after
+        // it unseen (`Watchdog::hold_still`), and the local bound follows now, also when its
+        // outcome stays unknown or it is undone (see `Hold::lease_unknown`).
+        let mut lease = inner.ttl;
+        let mut _still = None;
         if prior.count > 0
             && let Some(h) = self.current()
         {
-            // A re-entry sets the lease to this lock's length, also when its outcome stays
-            // unknown or it is undone: the local bound follows now (see `Hold::lease_unknown`).
-            h.lease_unknown(timing::deadline(&c.opts, t_send, inner.ttl), inner.ttl);
+            let (still, flying) = c.watchdog.hold_still(&h, c.opts.response_timeout).await;
+            _still = Some(still);
+            lease = flying.map_or(lease, |f| f.min(lease));
+            h.lease_unknown(timing::deadline(&c.opts, Instant::now(), lease), inner.ttl);
             c.watchdog.leased(&h);
         }
+        let t_send = Instant::now();
         // With replica_acks, the script and its WAIT go out as one pipeline (replicas.rs).
         let acquired = crate::replicas::acquire(inner, conn, queue_ms).await;
         let acquired = match acquired {
@@ -502,6 +510,13 @@ impl Lock {
                     Some(redis::Value::Nil) | None => 0,
                     Some(_) => parse_num(items, 2)?,
                 };
+                if prior.count > 0
+                    && let Some(h) = self.current().filter(|h| Some(h.fence) == prior.fence)
+                {
+                    // A re-entry found another owner: this handle's hold is gone (force-unlocked,
+                    // or its lease ran out unrenewed). Say so now, not at the next renewal.
+                    self.give_up(&h, "a re-entry found the lock held by another owner");
+                }
                 Ok(Attempt::Held { pttl: int_at(items, 1)?, t_send, fence })
             }
             2 => Err(Error::new(
@@ -511,7 +526,7 @@ impl Lock {
             1 => {
                 let fence: u64 = parse_num(items, 1)?;
                 let mut count: u32 = parse_num(items, 2)?;
-                let deadline = timing::deadline(&c.opts, t_send, inner.ttl);
+                let deadline = timing::deadline(&c.opts, t_send, lease);
                 if deadline <= Instant::now() {
                     // Never hand out a grant whose validity is already used up.
                     let _ = Box::pin(self.send_release_level(prior)).await;
@@ -1140,10 +1155,14 @@ impl Guard {
         // Not ahead of a request of this handle still unanswered on the hot connection (a
         // re-entry setting the lock's own lease would otherwise cut this extend back).
         HotConn::settle_pin(c.inner.hot.as_ref(), conn, &lock.inner.pin).await.map_err(|e| c.error(&e))?;
+        // No renewal of the hold lands after the extend unseen: one on its way that does not
+        // land in time may still set its own (shorter) lease after the extend.
+        let (_still, flying) = c.inner.watchdog.hold_still(&self.hold, c.inner.opts.response_timeout).await;
+        let lease = flying.map_or(ttl, |f| f.min(ttl));
         let t_send = Instant::now();
         // Until the server answers it may run the extend (even after this call is given up): a
         // shorter lease is the local bound from now (see `Hold::lease_unknown`).
-        self.hold.lease_unknown(timing::deadline(&c.inner.opts, t_send, ttl), ttl);
+        self.hold.lease_unknown(timing::deadline(&c.inner.opts, t_send, lease), ttl);
         c.inner.watchdog.leased(&self.hold);
         let r: i64 = match scripts::EXTEND
             .key(&lock.inner.keys.hold)
@@ -1159,7 +1178,7 @@ impl Guard {
             lock.give_up(&self.hold, "extend found the lock expired or held by another owner");
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before extend"));
         }
-        self.hold.leased(timing::deadline(&c.inner.opts, t_send, ttl), ttl);
+        self.hold.leased(timing::deadline(&c.inner.opts, t_send, lease), ttl);
         c.inner.watchdog.leased(&self.hold);
         Ok(())
     }

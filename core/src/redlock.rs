@@ -601,14 +601,21 @@ impl Quorum {
         let mut slots: Vec<Option<Arc<Slot>>> = vec![None; n];
         let timeout = self.timeout();
         let cap = self.opts.redlock_max_inflight;
+        // A re-entry sets the lease to the lock's own length on every master it reaches, also in
+        // a round that is undone or abandoned: no renewal lands after it unseen, and the local
+        // bound follows now.
+        let mut lease = inner.ttl;
+        let mut _still = None;
+        if let Some(h) = &current {
+            let watchdog = &inner.client.inner.watchdog;
+            let (still, flying) = watchdog.hold_still(h, self.opts.response_timeout).await;
+            _still = Some(still);
+            lease = flying.map_or(lease, |f| f.min(lease));
+            h.lease_unknown(timing::deadline(&self.opts, Instant::now(), lease), inner.ttl);
+            watchdog.leased(h);
+        }
         let t_send = Instant::now();
         let floor = fence_floor();
-        if let Some(h) = &current {
-            // A re-entry sets the lease to the lock's own length on every master it reaches, also
-            // in a round that is undone or abandoned: the local bound follows now.
-            h.lease_unknown(timing::deadline(&self.opts, t_send, inner.ttl), inner.ttl);
-            inner.client.inner.watchdog.leased(h);
-        }
         for (i, node) in self.nodes.iter().enumerate() {
             // A busy lane: an earlier request of this handle to this master is still out. Wait
             // for it (in the task) only if the master keeps up; otherwise leave it out.
@@ -731,7 +738,7 @@ impl Quorum {
                 let won: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
                 self.raise_fence(lock, top, &skip, &won, self.quorum - at_top).await
             };
-            let deadline = timing::deadline(&self.opts, t_send, inner.ttl);
+            let deadline = timing::deadline(&self.opts, t_send, lease);
             if !written || deadline <= Instant::now() {
                 undo(verdict_tx);
                 self.settle_lanes(lock, &answered).await;
@@ -1039,10 +1046,14 @@ impl Quorum {
     /// Extend by quorum: counts only if a quorum confirms before the current local deadline.
     pub async fn extend(self: Arc<Self>, lock: &Lock, hold: &Arc<Hold>, ttl: Duration) -> Result<()> {
         let inner = &lock.inner;
+        // No renewal of the hold lands after the extend unseen (see the single-server extend).
+        let watchdog = &inner.client.inner.watchdog;
+        let (_still, flying) = watchdog.hold_still(hold, self.opts.response_timeout).await;
+        let lease = flying.map_or(ttl, |f| f.min(ttl));
         let t_send = Instant::now();
         // Until a quorum confirms, masters that ran it may have a shorter lease: the local
         // bound follows now, so that a caller that stops waiting leaves no bound too long.
-        hold.lease_unknown(timing::deadline(&self.opts, t_send, ttl), ttl);
+        hold.lease_unknown(timing::deadline(&self.opts, t_send, lease), ttl);
         inner.client.inner.watchdog.leased(hold);
         let mut round = self.fan_out(&|_| Class::New, None, |_, mut conn| {
             let mut inv = scripts::EXTEND.key(&inner.keys.hold);
@@ -1076,7 +1087,7 @@ impl Quorum {
             return Err(Error::new(ErrorKind::Lost, "the lock was lost before extend"));
         }
         if decided.is_ok() && ok >= self.quorum && !hold.is_final() {
-            hold.leased(timing::deadline(&self.opts, t_send, ttl), ttl);
+            hold.leased(timing::deadline(&self.opts, t_send, lease), ttl);
             lock.inner.client.inner.watchdog.leased(hold);
             return Ok(());
         }

@@ -10,7 +10,7 @@
 //! is waited for ([`Watchdog::unregister_settled`]), so it reaches the server before the
 //! release, never after it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -44,7 +44,8 @@ struct Shared {
     next_id: AtomicU64,
     /// Holds whose renewal has been taken for sending and not answered yet (kept after the hold
     /// is unregistered), and the signal that one such renewal was answered.
-    flying: Mutex<HashSet<u64>>,
+    /// (With the lease length each was sent with.)
+    flying: Mutex<HashMap<u64, Duration>>,
     landed: Notify,
     /// Tests only: a pause between taking renewals for sending and sending them, and whether a
     /// release waits for them (see [`Watchdog::set_test_knobs`]).
@@ -65,7 +66,7 @@ impl Shared {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn flying(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+    fn flying(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Duration>> {
         self.flying.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -119,7 +120,7 @@ impl Watchdog {
             planned: Mutex::new(Instant::now()),
             wake: Arc::new(Notify::new()),
             next_id: AtomicU64::new(1),
-            flying: Mutex::new(HashSet::new()),
+            flying: Mutex::new(HashMap::new()),
             landed: Notify::new(),
             test_delay_ms: AtomicU64::new(0),
             test_no_settle: AtomicBool::new(false),
@@ -191,6 +192,27 @@ impl Watchdog {
         }
     }
 
+    /// Before an extend or re-entry of `hold` is sent (either sets the server's lease): no
+    /// renewal of it starts until the returned [`Still`] is dropped, and one already on its way
+    /// is waited for, at most `bound`. Returns, with the guard, the lease length of a renewal
+    /// still unanswered then: it may reach the server after the request and set that lease, so
+    /// the request's confirmed deadline must count on no more than it.
+    pub async fn hold_still(&self, hold: &Arc<Hold>, bound: Duration) -> (Still, Option<Duration>) {
+        hold.changing.store(true, Ordering::Release);
+        let still = Still { hold: hold.clone(), wake: self.shared.wake.clone() };
+        let Some(id) = hold.watchdog_id() else { return (still, None) };
+        let until = tokio::time::Instant::now() + bound;
+        loop {
+            let landed = self.shared.landed.notified();
+            tokio::pin!(landed);
+            landed.as_mut().enable();
+            let Some(&ttl) = self.shared.flying().get(&id) else { return (still, None) };
+            if tokio::time::timeout_at(until, landed).await.is_err() {
+                return (still, Some(ttl));
+            }
+        }
+    }
+
     /// Stop tracking `hold` (before its release is sent, or when its last guard is dropped).
     pub fn unregister(&self, hold: &Hold) {
         if let Some(id) = hold.take_watchdog() {
@@ -213,7 +235,7 @@ impl Watchdog {
             let landed = self.shared.landed.notified();
             tokio::pin!(landed);
             landed.as_mut().enable();
-            if !self.shared.flying().contains(&id) {
+            if !self.shared.flying().contains_key(&id) {
                 return true;
             }
             if tokio::time::timeout_at(until, landed).await.is_err() {
@@ -253,6 +275,19 @@ impl Watchdog {
     /// Tests only: how many times the scheduler has looked at its holds.
     pub fn ticks(&self) -> u64 {
         self.shared.ticks.load(Ordering::Relaxed)
+    }
+}
+
+/// While alive, no renewal of its hold starts ([`Watchdog::hold_still`]).
+pub(crate) struct Still {
+    hold: Arc<Hold>,
+    wake: Arc<Notify>,
+}
+
+impl Drop for Still {
+    fn drop(&mut self) {
+        self.hold.changing.store(false, Ordering::Release);
+        self.wake.notify_one(); // a renewal may have fallen due meanwhile
     }
 }
 
@@ -296,7 +331,9 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
             return false; // state() marks a passed deadline as lost
         }
         next = next.min(hold.deadline());
-        let renewing = hold.renew && e.renew_until.is_none_or(|until| now < until);
+        let renewing = hold.renew
+            && e.renew_until.is_none_or(|until| now < until)
+            && !hold.changing.load(Ordering::Acquire);
         if renewing && !e.in_flight {
             if now >= e.next_due {
                 any_due = true;
@@ -318,8 +355,8 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
     for (id, hold) in soon {
         if let Some(e) = entries.get_mut(&id) {
             e.in_flight = true;
-            flying.insert(id);
             let (ttl, lease_gen) = hold.lease();
+            flying.insert(id, ttl);
             due.push(Due { id, hold, key: e.key.clone(), token: e.token.clone(), ttl, lease_gen });
         }
     }
@@ -358,8 +395,10 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
                 // A confirmation that arrives after the local deadline counts for nothing:
                 // state() has marked the hold lost by then.
                 Outcome::Renewed if !d.hold.is_final() => {
-                    d.hold.renewed(timing::deadline(&opts, t_send, d.ttl), d.lease_gen);
-                    e.next_due = t_send + d.ttl / 3;
+                    // Not counted (an extend or re-entry set another lease meanwhile): renew
+                    // with that lease at once, not on this renewal's schedule.
+                    let counted = d.hold.renewed(timing::deadline(&opts, t_send, d.ttl), d.lease_gen);
+                    e.next_due = if counted { t_send + d.ttl / 3 } else { now };
                 }
                 Outcome::Renewed => {}
                 Outcome::Refused => {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions};
+use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState};
 use redis::AsyncCommands;
 
 const LEASE: Duration = Duration::from_secs(10);
@@ -287,6 +287,54 @@ async fn a_grant_the_restart_finds_gone_is_not_taken() {
         Err(e) => assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "{e}"),
     }
     theirs.release().await.unwrap();
+}
+
+/// A holds (6 s renewing lease, renewed at 2 s); B queues; an administrator force-unlocks, which
+/// hands the lock to B. Then, if `reenter`, A re-enters with a wait that is cancelled after
+/// 300 ms. B releases. Returns A's queue entries before B's release, the owner after it (is it
+/// A?), and A's original guard's state at 2.6 s (after its first renewal).
+async fn reentry_after_a_forced_unlock(name: &str, reenter: bool) -> (usize, bool, LockState) {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let (ca, cb, admin) = (connect(&server).await, connect(&server).await, connect(&server).await);
+    let a = ca.lock(name, LockOptions::renewing(Duration::from_secs(6)).with_fair(true)).unwrap();
+    let b = cb.lock(name, LockOptions::lease(Duration::from_secs(10)).with_fair(true)).unwrap();
+    let t0 = Instant::now();
+    let ga = a.acquire(Some(Duration::ZERO)).await.unwrap();
+    let a_token = ca.inspect(name).await.unwrap().unwrap().owner;
+    let wb = tokio::spawn(async move { b.acquire(Some(Duration::from_secs(10))).await.unwrap() });
+    until_queued(&mut data, name, 1).await;
+    admin.force_unlock(name).await.unwrap().expect("A held it");
+    let gb = wb.await.unwrap(); // handed to B by the forced unlock
+    if reenter {
+        let r = tokio::time::timeout(Duration::from_millis(300), a.acquire(None)).await;
+        assert!(r.is_err(), "the re-entry should still be waiting for B");
+        tokio::time::sleep(Duration::from_millis(200)).await; // its leave, if any, is done
+    }
+    let queued = queue_len(&mut data, name).await;
+    gb.release().await.unwrap();
+    let owner = admin.inspect(name).await.unwrap().map(|i| i.owner);
+    let owner_is_a = owner.as_deref() == Some(a_token.as_slice());
+    assert!(t0.elapsed() < Duration::from_millis(1900), "too slow: A's first renewal came first");
+    tokio::time::sleep((t0 + Duration::from_millis(2600)).saturating_duration_since(Instant::now())).await;
+    (queued, owner_is_a, ga.state())
+}
+
+// A fair re-entry (the handle still counts a live hold) whose try finds another owner (here: its
+// hold was force-unlocked and handed to a queued waiter) does not join the queue: given up, it
+// used to stay queued, the next release handed the lock to its token with nobody waiting for it,
+// and the old hold's watchdog renewed that grant as its own (Held for good). Control: no re-entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_reentry_that_finds_another_owner_does_not_queue() {
+    let (queued, owner_is_a, state) = reentry_after_a_forced_unlock("fw-noreenter", false).await;
+    assert_eq!((queued, owner_is_a, state), (0, false, LockState::Lost), "control");
+    let (queued, owner_is_a, state) = reentry_after_a_forced_unlock("fw-reenter", true).await;
+    assert_eq!(
+        (queued, owner_is_a, state),
+        (0, false, LockState::Lost),
+        "(A's entries left in the queue, B's release handed the lock to A whose acquire had \
+         given up, A's force-unlocked hold's state after its renewal)"
+    );
 }
 
 // Fair and non-fair contenders on one name stay mutually exclusive (fairness aside).

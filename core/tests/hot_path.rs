@@ -195,6 +195,9 @@ async fn a_request_on_the_multiplexed_connection_does_not_overtake_the_hot_ones(
         let mut o = fast_opts();
         if acks {
             o.replica_acks = Some(ferrolock::ReplicaAcks::new(1, Duration::from_millis(100)));
+            // The acquire pipeline waits out its WAIT (100 ms): its reply must not time out
+            // first on a loaded machine (it did, at 200 ms, under a CI run).
+            o.response_timeout = Duration::from_secs(1);
         }
         let client = Client::connect(&proxy.url, o).await.unwrap();
         assert!(client.set_hot_path_for_tests(true));
@@ -208,7 +211,8 @@ async fn a_request_on_the_multiplexed_connection_does_not_overtake_the_hot_ones(
             replica.pause();
             proxy.hold(true);
             // Granted, not replicated: undone on the hot connection, where it is held back.
-            assert_eq!(lock.try_acquire().await.unwrap_err().kind(), ErrorKind::NotReplicated);
+            let e = lock.try_acquire().await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotReplicated, "{e}");
             replica.resume();
             let first = lock.try_acquire().await; // the retry, now replicated
             proxy.hold(false);

@@ -813,6 +813,76 @@ async fn an_abandoned_extend_or_reentry_bounds_the_holder_by_its_lease() {
     }
 }
 
+async fn sleep_until(t: Instant) {
+    tokio::time::sleep(t.saturating_duration_since(Instant::now())).await;
+}
+
+/// Hold a 3 s renewing lease, renewals delayed 300 ms after being taken (the first is taken at
+/// 1.0 s, sent at 1.3 s); extend to 900 ms at `extend_at`; report the state at 2.3 s.
+async fn shorter_extend(name: &str, extend_at: Duration) -> (LockState, i64) {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    client.set_watchdog_test_knobs(Duration::from_millis(300), true);
+    let lock = client.lock(name, LockOptions::renewing(Duration::from_secs(3))).unwrap();
+    let t0 = Instant::now();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    sleep_until(t0 + extend_at).await;
+    g.extend(Duration::from_millis(900)).await.unwrap();
+    sleep_until(t0 + Duration::from_millis(2300)).await;
+    let pttl: i64 = server.cmd(&["PTTL", &format!("ferrolock:{{{name}}}")]);
+    (g.state(), pttl)
+}
+
+/// Hold a 3 s renewing lease, renewals delayed 300 ms (the first taken at 1.0 s, sent at 1.3 s);
+/// extend to 10 s at `extend_at`; from 1.6 s renewals stall (10 s delay: they do not get
+/// through). At 4.6 s: whether the server still has the hold, the guard's state and remaining,
+/// and whether another client can take the lock.
+async fn longer_extend(name: &str, extend_at: Duration) -> (bool, LockState, Duration, bool) {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    client.set_watchdog_test_knobs(Duration::from_millis(300), true);
+    let lock = client.lock(name, LockOptions::renewing(Duration::from_secs(3))).unwrap();
+    let t0 = Instant::now();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    sleep_until(t0 + extend_at).await;
+    g.extend(Duration::from_secs(10)).await.unwrap();
+    sleep_until(t0 + Duration::from_millis(1600)).await;
+    client.set_watchdog_test_knobs(Duration::from_secs(10), true);
+    sleep_until(t0 + Duration::from_millis(4600)).await;
+    let exists: i64 = server.cmd(&["EXISTS", &format!("ferrolock:{{{name}}}")]);
+    let (state, left) = (g.state(), g.remaining());
+    let other = connect(&server).await.lock(name, LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let theirs = other.try_acquire().await.unwrap();
+    let taken = theirs.is_some();
+    drop(g);
+    (exists == 1, state, left, taken)
+}
+
+// A renewal taken for sending before an extend and sent after it (the scheduler's tick and its
+// pipeline's write are apart; widened here with the watchdog's test delay). Extended to a shorter
+// lease, the hold was reported lost while the server held it (the late renewal's reply put back
+// the old lease's schedule); extended to a longer one, the late renewal set the old lease on the
+// server after the extend, and another client got the lock under a guard reading Held. An extend
+// now waits for the renewal on its way, and no renewal starts until it is answered. Controls: the
+// same extends with no renewal in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_in_flight_does_not_undo_an_extend() {
+    let (short, short_ctl, long, long_ctl) = tokio::join!(
+        shorter_extend("wd-inflight-short", Duration::from_millis(1100)),
+        shorter_extend("wd-idle-short", Duration::from_millis(300)),
+        longer_extend("wd-inflight-long", Duration::from_millis(1100)),
+        longer_extend("wd-idle-long", Duration::from_millis(300)),
+    );
+    assert_eq!(short_ctl.0, LockState::Held, "control: PTTL {} ms", short_ctl.1);
+    assert!(long_ctl.0 && !long_ctl.3 && long_ctl.1 == LockState::Held, "control: {long_ctl:?}");
+    assert_eq!(short.0, LockState::Held, "false loss: the server still holds it (PTTL {} ms)", short.1);
+    let (exists, state, left, taken) = long;
+    assert!(
+        !(taken && state == LockState::Held),
+        "another client took the lock (server hold before: {exists}) while the guard reads {state:?} with {left:?} left"
+    );
+}
+
 // URL schemes are case-insensitive (RFC 3986), as the Sentinel and Cluster ones already were:
 // `REDIS://` used to be refused as an unsupported scheme.
 #[tokio::test]
