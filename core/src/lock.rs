@@ -279,7 +279,8 @@ impl Lock {
                         && let Some((t, holder)) = t_held
                         && fence > holder
                     {
-                        let _op = self.inner.op.clone().lock_owned().await;
+                        // Within the wait (the grant is released by the queue's leave otherwise).
+                        let _op = self.op_until(deadline).await?;
                         let ttl = self.inner.ttl;
                         let mut deadline = timing::deadline(&c.inner.opts, t, ttl);
                         if deadline < Instant::now() + ttl * 2 / 3 && self.live_count() == 0 {
