@@ -230,8 +230,12 @@ pub struct NativeLock {
     inner: ProcessLocal<Lock>,
 }
 
+/// A grant of an awaitable acquire, on its way to the event loop: released if it never gets
+/// there (see [`NativeGuard::delivered`]).
 fn guard_to_py(py: Python<'_>, g: Guard) -> PyResult<Py<PyAny>> {
-    Ok(Py::new(py, NativeGuard::new(g))?.into_any())
+    let guard = NativeGuard::new(g);
+    guard.delivered.store(false, std::sync::atomic::Ordering::Release);
+    Ok(Py::new(py, guard)?.into_any())
 }
 
 #[pymethods]
@@ -333,6 +337,12 @@ pub struct NativeGuard {
     /// The callables of this guard's `on_lost` registrations (see [`LostSlot`]); only locked
     /// with the GIL held.
     lost_callbacks: std::sync::Mutex<Vec<LostSlot>>,
+    /// Whether the grant reached its caller. An awaitable acquire's grant is set on its asyncio
+    /// future by a callback on the event loop; when that never runs (the loop was closed first,
+    /// or closed with the callback still queued), the guard is dropped undelivered, and then
+    /// released in the background: nobody could ever release it, and dropping alone would leave
+    /// the lock taken for its lease.
+    delivered: std::sync::atomic::AtomicBool,
 }
 
 impl NativeGuard {
@@ -340,7 +350,13 @@ impl NativeGuard {
         NativeGuard {
             inner: ProcessLocal::new(Arc::new(g)),
             lost_callbacks: std::sync::Mutex::new(Vec::new()),
+            delivered: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// The grant reached its caller (or was handed back with [`Self::abandon`]).
+    pub fn mark_delivered(&self) {
+        self.delivered.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Take every registered callable out of its slot (to drop them outside the locks). A slot
@@ -352,6 +368,7 @@ impl NativeGuard {
 
     /// Release in the background a grant whose acquire call was cancelled as it completed.
     pub fn abandon(&self, py: Python<'_>) {
+        self.mark_delivered();
         if let Ok(g) = self.inner.get(py) {
             g.clone().release_detached();
         }
@@ -487,5 +504,10 @@ impl Drop for NativeGuard {
     /// closures until the hold ends, but they no longer call anything.
     fn drop(&mut self) {
         drop(self.take_lost_callbacks());
+        if !self.delivered.load(std::sync::atomic::Ordering::Acquire)
+            && let Some(g) = self.inner.here()
+        {
+            g.clone().release_detached();
+        }
     }
 }

@@ -102,6 +102,11 @@ impl<T> ProcessLocal<T> {
         ProcessLocal { pid: pid(), value: ManuallyDrop::new(value) }
     }
 
+    /// The value, unless this is a forked child.
+    pub fn here(&self) -> Option<&T> {
+        (self.pid == pid()).then_some(&*self.value)
+    }
+
     /// The value, or a `ClosedError` in a forked child.
     pub fn get(&self, py: Python<'_>) -> PyResult<&T> {
         if self.pid == pid() {
@@ -260,8 +265,18 @@ where
                     Ok(f) => f,
                     Err(e) => return e.write_unraisable(py, None),
                 };
-                // Fails only if the loop is closed: nobody is waiting any more.
-                let _ = loop_ref.bind(py).call_method1("call_soon_threadsafe", (setter, fut_ref, ok, value));
+                // Fails only if the loop is closed: nobody is waiting any more. A grant is handed
+                // back at once (the failed call's traceback may keep the arguments alive for a
+                // while; one dropped undelivered later is released too: `NativeGuard::delivered`).
+                let grant = ok.then(|| value.clone_ref(py));
+                let sent =
+                    loop_ref.bind(py).call_method1("call_soon_threadsafe", (setter, fut_ref, ok, value));
+                if sent.is_err()
+                    && let Some(grant) = grant
+                    && let Ok(guard) = grant.bind(py).cast::<crate::native::NativeGuard>()
+                {
+                    guard.get().abandon(py);
+                }
             })
         }));
     });
@@ -298,6 +313,9 @@ fn complete_future(fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -
         return Ok(());
     }
     if ok {
+        if let Ok(guard) = value.cast::<crate::native::NativeGuard>() {
+            guard.get().mark_delivered();
+        }
         fut.call_method1("set_result", (value,))?;
     } else {
         fut.call_method1("set_exception", (value,))?;

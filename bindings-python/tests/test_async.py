@@ -323,3 +323,37 @@ def test_cancelled_as_the_grant_arrives_leaves_no_hold(redis: RedisServer, name:
         await other.release()
 
     run(redis, body)
+
+
+def test_a_grant_its_closed_loop_never_receives_is_released(redis: RedisServer, name: str) -> None:
+    # An awaitable acquire still waiting when its event loop is closed (a loop in a thread torn
+    # down, or left with tasks pending): the core keeps waiting and takes the lock once it is
+    # free, and the grant cannot reach the closed loop. It used to be dropped, which only stops
+    # renewal: the lock stayed taken by nobody for its whole lease (30 s here). It is released.
+    holder = ferrolock.Client.connect(redis.url)
+    held = holder.lock(name).acquire(wait=0)
+    loop = asyncio.new_event_loop()
+
+    async def start() -> "asyncio.Future[Any]":
+        client = await ferrolock.AsyncClient.connect(redis.url)
+        task = asyncio.ensure_future(client.lock(name).acquire())
+        await asyncio.sleep(0.3)  # waiting on the holder
+        return task
+
+    loop.run_until_complete(start())
+    loop.close()
+    first = held.fence
+    held.release()
+    # The waiting acquire takes the lock (a fence above the holder's); then it must be handed
+    # back, not kept for its 30 s lease.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        info = holder.inspect(name)
+        if info is not None and info.fence > first:
+            break
+        time.sleep(0.005)
+    while holder.inspect(name) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    info = holder.inspect(name)
+    assert info is None, f"a grant nobody received holds the lock for its lease: {info}"
+    holder.close()
