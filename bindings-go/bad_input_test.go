@@ -130,7 +130,13 @@ func TestBadInputMatrix(t *testing.T) {
 			}
 			return err
 		}},
-		{"Lock(TTL 0, RenewNever)", ferrolock.ErrInvalidArgument, lockWith("n", &ferrolock.LockOptions{Renew: ferrolock.RenewNever})},
+		{"Lock(TTL 0, RenewNever: a fixed watchdog-TTL lease) allowed", 0, func(t *testing.T) error {
+			l, err := c.Lock("n", &ferrolock.LockOptions{Renew: ferrolock.RenewNever})
+			if err == nil {
+				l.Close()
+			}
+			return err
+		}},
 		{"Lock(TTL -1s)", ferrolock.ErrInvalidDuration, lockWith("n", &ferrolock.LockOptions{TTL: -time.Second})},
 		{"Lock(TTL 1ms: no validity after drift)", ferrolock.ErrInvalidDuration, lockWith("n", lease(time.Millisecond))},
 		{"Lock(TTL 400 days)", ferrolock.ErrInvalidDuration, lockWith("n", lease(400*24*time.Hour))},

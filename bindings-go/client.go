@@ -233,6 +233,9 @@ func (c *Client) Lock(name string, opts *LockOptions) (*Lock, error) {
 // ForceUnlock deletes whatever hold name has (administrative) and wakes its waiters; the former
 // holder finds out at its next renewal. Reports whether anything was held.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (bool, error) {
+	if ctx.Err() != nil {
+		return false, contextError(ctx, ErrTimeout) // a context already done starts nothing
+	}
 	return withContext(ctx, func() (bool, error) {
 		p := c.load()
 		if p == nil {
@@ -258,6 +261,9 @@ type LockInfo struct {
 
 // Inspect reports who holds name (read-only; no Lock needed), or nil when it is free.
 func (c *Client) Inspect(ctx context.Context, name string) (*LockInfo, error) {
+	if ctx.Err() != nil {
+		return nil, contextError(ctx, ErrTimeout)
+	}
 	return withContext(ctx, func() (*LockInfo, error) {
 		p := c.load()
 		if p == nil {

@@ -397,6 +397,55 @@ func TestFinalizersNeverRelease(t *testing.T) {
 	}
 }
 
+// A Held collected while its Lost() (or Context()) is still watched, as a "leader until lost"
+// loop that kept only the channel does: its renewal stops and its lease runs out, so the loss is
+// reported then (Lost() used to stay open for good while another owner took the lock).
+func TestACollectedHeldReportsItsLossToWhoWatchesIt(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	l := newLock(t, c, "gc-watched", nil)
+	lost, hctx := func() (<-chan struct{}, context.Context) {
+		h, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Lost(), h.Context()
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-lost:
+			if !errors.Is(context.Cause(hctx), ferrolock.ErrLost) {
+				t.Fatalf("Context() ended with %v, not ErrLost", context.Cause(hctx))
+			}
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the collected Held's Lost() never closed")
+		}
+	}
+}
+
+// ForceUnlock with a context already done starts nothing (it used to delete the hold in the
+// background while returning the context's error).
+func TestForceUnlockWithADoneContextDeletesNothing(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	h := acquire(t, newLock(t, c, "fu-done", lease(10*time.Second)), time.Second)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.ForceUnlock(done, "fu-done"); !errors.Is(err, ferrolock.ErrCancelled) {
+		t.Fatalf("ForceUnlock(done context): %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if info, err := c.Inspect(context.Background(), "fu-done"); err != nil || info == nil {
+		t.Fatalf("the hold was deleted: %+v, %v", info, err)
+	}
+	release(t, h)
+}
+
 // Redlock: the same surface over a quorum of three masters.
 func TestRedlock(t *testing.T) {
 	urls := []string{startRedis(t), startRedis(t), startRedis(t)}

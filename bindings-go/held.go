@@ -76,8 +76,19 @@ func newHeld(parent context.Context, g *C.ferrolock_guard) *Held {
 	st := &lostState{ch: make(chan struct{}), cancel: cancel}
 	h := &Held{fence: uint64(fence), lost: st, ctx: ctx}
 	h.ptr = g
-	runtime.SetFinalizer(h, (*Held).Close)
+	runtime.SetFinalizer(h, (*Held).finalize)
 	return h
+}
+
+// finalize is Close for a Held the garbage collector found unreferenced while still holding:
+// renewal stops and the lease runs out, so whoever kept only Lost() or Context() (a "leader
+// until lost" loop) learns it now, as a loss; nothing would tell them later.
+func (h *Held) finalize() {
+	if h.load() != nil && h.lost != nil {
+		h.lost.end(&Error{Code: ErrLost, Message: "LOST: the Held was garbage-collected without Release: " +
+			"its renewal stopped and its lease runs out"})
+	}
+	h.Close()
 }
 
 // watchLoss registers the library's loss callback the first time Lost or Context is used (if

@@ -21,7 +21,8 @@ const (
 	RenewDefault RenewMode = C.FERROLOCK_RENEW_DEFAULT
 	// RenewAlways keeps the lease alive (every TTL/3) until release.
 	RenewAlways RenewMode = C.FERROLOCK_RENEW_ALWAYS
-	// RenewNever makes a fixed lease: the hold expires TTL after each acquire or extend.
+	// RenewNever makes a fixed lease: the hold expires TTL (0: the client's WatchdogTTL) after
+	// each acquire or extend.
 	RenewNever RenewMode = C.FERROLOCK_RENEW_NEVER
 )
 

@@ -156,7 +156,8 @@ typedef enum {
    */
   FERROLOCK_RENEW_ALWAYS = 1,
   /**
-   * A fixed lease: the hold expires ttl_ms after each acquire or extend.
+   * A fixed lease: the hold expires ttl_ms (0: the client's watchdog_ttl_ms) after each
+   * acquire or extend.
    */
   FERROLOCK_RENEW_NEVER = 2,
 } ferrolock_renew;

@@ -30,7 +30,8 @@ pub enum ferrolock_renew {
     Default = 0,
     /// Keep the lease alive in the background (every ttl / 3) until release.
     Always = 1,
-    /// A fixed lease: the hold expires ttl_ms after each acquire or extend.
+    /// A fixed lease: the hold expires ttl_ms (0: the client's watchdog_ttl_ms) after each
+    /// acquire or extend.
     Never = 2,
 }
 
@@ -67,16 +68,12 @@ fn ttl_and_renew(o: &ferrolock_lock_options) -> Result<LockOptions, Error> {
         2 => Some(false),
         _ => return Err(Error::new(ErrorKind::InvalidArgument, "renew must be one of ferrolock_renew")),
     };
-    if o.ttl_ms == 0 {
-        return match renew {
-            Some(false) => {
-                Err(Error::new(ErrorKind::InvalidArgument, "FERROLOCK_RENEW_NEVER needs an explicit ttl_ms"))
-            }
-            _ => Ok(LockOptions::default()),
-        };
-    }
-    let ttl = Duration::from_millis(o.ttl_ms);
-    Ok(if renew == Some(true) { LockOptions::renewing(ttl) } else { LockOptions::lease(ttl) })
+    // ttl_ms 0: the client's watchdog_ttl_ms (with FERROLOCK_RENEW_NEVER a fixed lease of that
+    // length, as `renew=False` without a ttl gives in Python and Node).
+    let mut opts = LockOptions::default();
+    opts.ttl = (o.ttl_ms != 0).then(|| Duration::from_millis(o.ttl_ms));
+    opts.renew = renew;
+    Ok(opts)
 }
 
 /// Make a lock handle for `name` (no I/O). The name is any bytes, 1 to the client's

@@ -382,7 +382,15 @@ static ferrolock_result r_name_1mib_raised_cap_ok(fixture *f, ferrolock_error **
 }
 /* TTLs, waits and renew modes. */
 static ferrolock_result r_renew_unknown(fixture *f, ferrolock_error **e) { return lock_with(f, 0, 9, e); }
-static ferrolock_result r_ttl0_never(fixture *f, ferrolock_error **e) { return lock_with(f, 0, FERROLOCK_RENEW_NEVER, e); }
+static ferrolock_result r_ttl0_never(fixture *f, ferrolock_error **e) {
+  /* A fixed lease of the client's watchdog_ttl_ms, as renew=False without a ttl in Python. */
+  ferrolock_lock_options lo = {0, FERROLOCK_RENEW_NEVER, 0};
+  ferrolock_lock *l = NULL;
+  ferrolock_result rc = ferrolock_lock_new(f->c, (const uint8_t *)"n", 1, &lo, &l, e);
+  CHECK(l != NULL);
+  ferrolock_lock_free(l);
+  return rc;
+}
 static ferrolock_result r_fair_unknown(fixture *f, ferrolock_error **e) {
   ferrolock_lock_options lo = {0, 0, 2};
   return ferrolock_lock_new(f->c, (const uint8_t *)"n", 1, &lo, &f->out_lock, e);
@@ -492,7 +500,7 @@ static const struct {
     {"lock_new(name 1 MiB, cap 2 MiB) allowed", FERROLOCK_RESULT_OK, r_name_1mib_raised_cap_ok, 0},
     /* TTL 0 / tiny / huge / ms->ns overflow, waits, renew modes */
     {"lock_new(renew 9)", FERROLOCK_RESULT_INVALID_ARGUMENT, r_renew_unknown, 0},
-    {"lock_new(ttl_ms 0, RENEW_NEVER)", FERROLOCK_RESULT_INVALID_ARGUMENT, r_ttl0_never, 0},
+    {"lock_new(ttl_ms 0, RENEW_NEVER) allowed", FERROLOCK_RESULT_OK, r_ttl0_never, 0},
     {"lock_new(fair 2)", FERROLOCK_RESULT_INVALID_ARGUMENT, r_fair_unknown, 0},
     {"lock_new(fair 1) allowed", FERROLOCK_RESULT_OK, r_fair_on, 0},
     {"lock_new(ttl_ms 1: no validity after drift)", FERROLOCK_RESULT_INVALID_DURATION, r_ttl_1ms, 0},
