@@ -65,7 +65,7 @@ pub(crate) struct Hold {
     pub fence: u64,
     pub renew: bool,
     /// An extend or re-entry of this hold is on its way: the watchdog starts no renewal of it
-    /// meanwhile (see [`crate::watchdog::Watchdog::hold_still`]).
+    /// meanwhile (see [`crate::watchdog::Watchdog::lease_change`]).
     pub(crate) changing: std::sync::atomic::AtomicBool,
     st: Mutex<St>,
     tx: watch::Sender<LockState>,

@@ -466,19 +466,14 @@ impl Lock {
         // If this future is dropped mid-flight, or the outcome is unknown, undo whatever the
         // script may have done with this token.
         let mut pending = Pending { lock: Some((self.clone(), op)), prior };
-        // A re-entry sets the lease to this lock's length: no renewal of the hold may land after
-        // it unseen (`Watchdog::hold_still`), and the local bound follows now, also when its
-        // outcome stays unknown or it is undone (see `Hold::lease_unknown`).
+        // A re-entry sets the lease to this lock's length (`Watchdog::lease_change`).
         let mut lease = inner.ttl;
         let mut _still = None;
         if prior.count > 0
             && let Some(h) = self.current()
         {
-            let (still, flying) = c.watchdog.hold_still(&h, c.opts.response_timeout).await;
-            _still = Some(still);
-            lease = flying.map_or(lease, |f| f.min(lease));
-            h.lease_unknown(timing::deadline(&c.opts, Instant::now(), lease), inner.ttl);
-            c.watchdog.leased(&h);
+            let (still, l) = c.watchdog.lease_change(&h, inner.ttl, &c.opts).await;
+            (_still, lease) = (Some(still), l);
         }
         let t_send = Instant::now();
         // With replica_acks, the script and its WAIT go out as one pipeline (replicas.rs).
@@ -1156,15 +1151,8 @@ impl Guard {
         // Not ahead of a request of this handle still unanswered on the hot connection (a
         // re-entry setting the lock's own lease would otherwise cut this extend back).
         HotConn::settle_pin(c.inner.hot.as_ref(), conn, &lock.inner.pin).await.map_err(|e| c.error(&e))?;
-        // No renewal of the hold lands after the extend unseen: one on its way that does not
-        // land in time may still set its own (shorter) lease after the extend.
-        let (_still, flying) = c.inner.watchdog.hold_still(&self.hold, c.inner.opts.response_timeout).await;
-        let lease = flying.map_or(ttl, |f| f.min(ttl));
+        let (_still, lease) = c.inner.watchdog.lease_change(&self.hold, ttl, &c.inner.opts).await;
         let t_send = Instant::now();
-        // Until the server answers it may run the extend (even after this call is given up): a
-        // shorter lease is the local bound from now (see `Hold::lease_unknown`).
-        self.hold.lease_unknown(timing::deadline(&c.inner.opts, t_send, lease), ttl);
-        c.inner.watchdog.leased(&self.hold);
         let r: i64 = match scripts::EXTEND
             .key(&lock.inner.keys.hold)
             .arg(&*lock.inner.token)

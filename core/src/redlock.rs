@@ -602,17 +602,12 @@ impl Quorum {
         let timeout = self.timeout();
         let cap = self.opts.redlock_max_inflight;
         // A re-entry sets the lease to the lock's own length on every master it reaches, also in
-        // a round that is undone or abandoned: no renewal lands after it unseen, and the local
-        // bound follows now.
+        // a round that is undone or abandoned (`Watchdog::lease_change`).
         let mut lease = inner.ttl;
         let mut _still = None;
         if let Some(h) = &current {
-            let watchdog = &inner.client.inner.watchdog;
-            let (still, flying) = watchdog.hold_still(h, self.opts.response_timeout).await;
-            _still = Some(still);
-            lease = flying.map_or(lease, |f| f.min(lease));
-            h.lease_unknown(timing::deadline(&self.opts, Instant::now(), lease), inner.ttl);
-            watchdog.leased(h);
+            let (still, l) = inner.client.inner.watchdog.lease_change(h, inner.ttl, &self.opts).await;
+            (_still, lease) = (Some(still), l);
         }
         let t_send = Instant::now();
         let floor = fence_floor();
@@ -1046,15 +1041,8 @@ impl Quorum {
     /// Extend by quorum: counts only if a quorum confirms before the current local deadline.
     pub async fn extend(self: Arc<Self>, lock: &Lock, hold: &Arc<Hold>, ttl: Duration) -> Result<()> {
         let inner = &lock.inner;
-        // No renewal of the hold lands after the extend unseen (see the single-server extend).
-        let watchdog = &inner.client.inner.watchdog;
-        let (_still, flying) = watchdog.hold_still(hold, self.opts.response_timeout).await;
-        let lease = flying.map_or(ttl, |f| f.min(ttl));
+        let (_still, lease) = inner.client.inner.watchdog.lease_change(hold, ttl, &self.opts).await;
         let t_send = Instant::now();
-        // Until a quorum confirms, masters that ran it may have a shorter lease: the local
-        // bound follows now, so that a caller that stops waiting leaves no bound too long.
-        hold.lease_unknown(timing::deadline(&self.opts, t_send, lease), ttl);
-        inner.client.inner.watchdog.leased(hold);
         let mut round = self.fan_out(&|_| Class::New, None, |_, mut conn| {
             let mut inv = scripts::EXTEND.key(&inner.keys.hold);
             inv.arg(&*inner.token).arg(timing::millis(ttl));

@@ -197,7 +197,7 @@ impl Watchdog {
     /// is waited for, at most `bound`. Returns, with the guard, the lease length of a renewal
     /// still unanswered then: it may reach the server after the request and set that lease, so
     /// the request's confirmed deadline must count on no more than it.
-    pub async fn hold_still(&self, hold: &Arc<Hold>, bound: Duration) -> (Still, Option<Duration>) {
+    async fn hold_still(&self, hold: &Arc<Hold>, bound: Duration) -> (Still, Option<Duration>) {
         hold.changing.store(true, Ordering::Release);
         let still = Still { hold: hold.clone(), wake: self.shared.wake.clone() };
         let Some(id) = hold.watchdog_id() else { return (still, None) };
@@ -211,6 +211,24 @@ impl Watchdog {
                 return (still, Some(ttl));
             }
         }
+    }
+
+    /// Before an extend or re-entry that sets `hold`'s lease to `ttl` is sent: no renewal crosses
+    /// it ([`Self::hold_still`]), and since the server may run it whatever becomes of the call
+    /// (no answer, a caller that stops waiting, an undone Redlock round), the local bound follows
+    /// at once ([`Hold::lease_unknown`]). Returns the guard, and the lease the request's confirmed
+    /// deadline may count on (no more than a renewal still on its way sets).
+    pub async fn lease_change(
+        &self,
+        hold: &Arc<Hold>,
+        ttl: Duration,
+        opts: &ClientOptions,
+    ) -> (Still, Duration) {
+        let (still, flying) = self.hold_still(hold, opts.response_timeout).await;
+        let lease = flying.map_or(ttl, |f| f.min(ttl));
+        hold.lease_unknown(timing::deadline(opts, Instant::now(), lease), ttl);
+        self.leased(hold);
+        (still, lease)
     }
 
     /// Stop tracking `hold` (before its release is sent, or when its last guard is dropped).
