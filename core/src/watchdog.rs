@@ -391,16 +391,25 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay)).await;
     }
+    // A hold whose local deadline passed while its renewal waited to be sent was reported lost:
+    // renewing it now could keep its lease alive on the server for nobody.
+    let (due, gone): (Vec<Due>, Vec<Due>) = due.into_iter().partition(|d| !d.hold.is_final());
     let t_send = Instant::now();
     let round = async {
+        if due.is_empty() {
+            return Vec::new();
+        }
         match &backend {
             Backend::Single { conn, .. } => single_round(conn.clone(), &due).await,
             Backend::Quorum(q) => q.clone().renew_round(&due).await,
         }
     };
     // Closed meanwhile: send nothing (the holds were marked lost and forgotten by `close`).
-    let outcomes =
+    let mut outcomes =
         unless_closed(&shared, round).await.unwrap_or_else(|| due.iter().map(|_| Outcome::Failed).collect());
+    // Sent nothing for these: `Renewed` of a final hold changes nothing below.
+    outcomes.extend(gone.iter().map(|_| Outcome::Renewed));
+    let due: Vec<Due> = due.into_iter().chain(gone).collect();
     let now = Instant::now();
     let mut noscript = false;
     {

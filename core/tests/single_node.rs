@@ -393,9 +393,11 @@ async fn waiter_takes_over_after_abandoned_lease() {
 async fn watchdog_renews_stops_and_reports_loss() {
     let server = RedisServer::start();
     let mut opts = fast_opts();
-    opts.response_timeout = Duration::from_millis(100);
+    opts.response_timeout = Duration::from_millis(150);
     let client = connect_with(&server, opts).await;
-    let ttl = Duration::from_millis(300);
+    // Renewals every 200 ms, each allowed 150 ms: a loaded machine (CI runs test binaries side
+    // by side) still renews in time.
+    let ttl = Duration::from_millis(600);
     let lock = client.lock("wd", LockOptions::renewing(ttl)).unwrap();
     let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
     tokio::time::sleep(ttl * 5).await;
@@ -881,6 +883,31 @@ async fn a_renewal_in_flight_does_not_undo_an_extend() {
         !(taken && state == LockState::Held),
         "another client took the lock (server hold before: {exists}) while the guard reads {state:?} with {left:?} left"
     );
+}
+
+// A renewal taken on time and sent after the hold's local deadline (the tick and the pipeline's
+// write are apart; widened with the watchdog's test delay). The hold was already reported lost,
+// yet the renewal reached the server, which still had the lease (the drift allowance keeps the
+// local deadline early), and renewed it for nobody: the lock stayed taken for another full lease.
+// A renewal now leaves out holds whose deadline has passed. With ttl 1 s and a 30% drift
+// allowance the local deadline is at ~0.7 s; the renewal taken at ~0.33 s is sent at ~0.83 s.
+#[tokio::test]
+async fn a_renewal_sent_after_the_local_deadline_does_not_renew_a_lost_hold() {
+    let server = RedisServer::start();
+    let mut opts = ClientOptions::default();
+    opts.drift_factor = 0.3;
+    let client = connect_with(&server, opts).await;
+    client.set_watchdog_test_knobs(Duration::from_millis(500), true);
+    let lock = client.lock("wd-late-lost", LockOptions::renewing(Duration::from_secs(1))).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    // Loads the renewal's script: a pipelined renewal answered NOSCRIPT would change nothing.
+    let t0 = Instant::now();
+    g.extend(Duration::from_secs(1)).await.unwrap();
+    sleep_until(t0 + Duration::from_millis(1300)).await;
+    assert_eq!(g.state(), LockState::Lost);
+    // The lease set at t0 ran out at 1.0 s; a renewal sent at ~0.83 s would last to ~1.83 s.
+    let exists: i64 = server.cmd(&["EXISTS", "ferrolock:{wd-late-lost}"]);
+    assert_eq!(exists, 0, "a hold reported lost was renewed on the server");
 }
 
 // URL schemes are case-insensitive (RFC 3986), as the Sentinel and Cluster ones already were:
