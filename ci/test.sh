@@ -10,8 +10,8 @@ step "cargo fmt --check"
 cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-step "cargo test (core, testkit, cli, examples)"
-cargo test --workspace --quiet
+step "cargo test (core, testkit, cli, examples, chaos): binaries two at a time"
+python3 ci/cargo-test.py
 for t in ci/test-*.sh; do
   [ -e "$t" ] || continue
   step "$t"

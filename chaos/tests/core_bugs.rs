@@ -109,8 +109,16 @@ fn hold_on(server: &RedisServer, name: &str) -> Option<(String, u32, u64)> {
 /// After the handle released everything (or failed to acquire): every master is free, and
 /// another owner takes the lock at once with a larger fence than any the handle was given.
 fn assert_freed_everywhere(servers: &[RedisServer], c: &blocking::Client, name: &str, fence: u64) {
-    std::thread::sleep(Duration::from_millis(300)); // stragglers
-    let left: Vec<_> = servers.iter().map(|s| hold_on(s, name)).collect();
+    // Stragglers (a release or undo queued behind a stopped master) land after it resumes: give
+    // them a few seconds, far less than the 30 s leases a ghost hold would keep.
+    let t0 = std::time::Instant::now();
+    let left = loop {
+        let left: Vec<_> = servers.iter().map(|s| hold_on(s, name)).collect();
+        if left.iter().all(Option::is_none) || t0.elapsed() > Duration::from_secs(3) {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(
         left.iter().all(Option::is_none),
         "masters still hold {name:?} for an owner with no guard left (ghost holds): {left:?}"
