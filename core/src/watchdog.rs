@@ -283,7 +283,9 @@ impl Watchdog {
     }
 
     /// Tests only: pause every renewal round of this client by `delay` before it is sent, and
-    /// (`settle: false`) let releases go without waiting for renewals already on their way.
+    /// (`settle: false`, the controls of the late-renewal tests) let releases go without waiting
+    /// for renewals already on their way, and send a renewal even for a hold that was released
+    /// or lost while it waited.
     pub fn set_test_knobs(&self, delay: Duration, settle: bool) {
         let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.shared.test_delay_ms.store(ms, Ordering::Relaxed);
@@ -393,7 +395,8 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
     }
     // A hold whose local deadline passed while its renewal waited to be sent was reported lost:
     // renewing it now could keep its lease alive on the server for nobody.
-    let (due, gone): (Vec<Due>, Vec<Due>) = due.into_iter().partition(|d| !d.hold.is_final());
+    let check = !shared.test_no_settle.load(Ordering::Relaxed);
+    let (due, gone): (Vec<Due>, Vec<Due>) = due.into_iter().partition(|d| !(check && d.hold.is_final()));
     let t_send = Instant::now();
     let round = async {
         if due.is_empty() {

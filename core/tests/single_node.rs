@@ -891,23 +891,34 @@ async fn a_renewal_in_flight_does_not_undo_an_extend() {
 // local deadline early), and renewed it for nobody: the lock stayed taken for another full lease.
 // A renewal now leaves out holds whose deadline has passed. With ttl 1 s and a 30% drift
 // allowance the local deadline is at ~0.7 s; the renewal taken at ~0.33 s is sent at ~0.83 s.
+// Control (`settle: false` sends it anyway): the lease is renewed for nobody.
 #[tokio::test]
 async fn a_renewal_sent_after_the_local_deadline_does_not_renew_a_lost_hold() {
+    let (checked, control) = tokio::join!(
+        renewal_past_the_deadline("wd-late-lost", true),
+        renewal_past_the_deadline("wd-late-lost-ctl", false)
+    );
+    assert!(control, "control: the late renewal did not reach the server");
+    assert!(!checked, "a hold reported lost was renewed on the server");
+}
+
+/// Whether the server still has the hold at 1.3 s (its lease set at 0 s ran out at 1.0 s; a
+/// renewal sent at ~0.83 s makes it last to ~1.83 s).
+async fn renewal_past_the_deadline(name: &str, settle: bool) -> bool {
     let server = RedisServer::start();
     let mut opts = ClientOptions::default();
     opts.drift_factor = 0.3;
     let client = connect_with(&server, opts).await;
-    client.set_watchdog_test_knobs(Duration::from_millis(500), true);
-    let lock = client.lock("wd-late-lost", LockOptions::renewing(Duration::from_secs(1))).unwrap();
+    client.set_watchdog_test_knobs(Duration::from_millis(500), settle);
+    let lock = client.lock(name, LockOptions::renewing(Duration::from_secs(1))).unwrap();
     let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
     // Loads the renewal's script: a pipelined renewal answered NOSCRIPT would change nothing.
     let t0 = Instant::now();
     g.extend(Duration::from_secs(1)).await.unwrap();
     sleep_until(t0 + Duration::from_millis(1300)).await;
     assert_eq!(g.state(), LockState::Lost);
-    // The lease set at t0 ran out at 1.0 s; a renewal sent at ~0.83 s would last to ~1.83 s.
-    let exists: i64 = server.cmd(&["EXISTS", "ferrolock:{wd-late-lost}"]);
-    assert_eq!(exists, 0, "a hold reported lost was renewed on the server");
+    let exists: i64 = server.cmd(&["EXISTS", &format!("ferrolock:{{{name}}}")]);
+    exists == 1
 }
 
 // URL schemes are case-insensitive (RFC 3986), as the Sentinel and Cluster ones already were:
