@@ -1,16 +1,46 @@
 //! The one panic boundary every `extern "C"` function runs behind, plus the pointer helpers.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Once;
 
 use ferrolock::{Error, ErrorKind};
 
 use crate::error::ferrolock_error;
 use crate::result::ferrolock_result;
 
+thread_local! {
+    /// How many boundary calls are running on this thread (a callback may call back in).
+    static INSIDE: Cell<u32> = const { Cell::new(0) };
+}
+static QUIET: Once = Once::new();
+
+/// Wraps the process's panic hook (once, at the first call): a panic caught at this boundary is
+/// reported to the caller as an error, not also printed to the host program's stderr by Rust's
+/// default hook (its message may carry caller data). Every other panic still reaches the hook
+/// that was there before.
+fn install_quiet_hook() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if INSIDE.with(Cell::get) == 0 {
+            previous(info);
+        }
+    }));
+}
+
+/// `catch_unwind`, with the panic kept off stderr (see [`install_quiet_hook`]).
+fn guarded<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    QUIET.call_once(install_quiet_hook);
+    INSIDE.with(|n| n.set(n.get() + 1));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    INSIDE.with(|n| n.set(n.get() - 1));
+    r
+}
+
 /// Run `f`, turning a panic into `fallback`. For functions that return a value, not a result.
 pub(crate) fn catch<T>(fallback: T, f: impl FnOnce() -> T) -> T {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+    guarded(f).unwrap_or(fallback)
 }
 
 /// Run `f` and map its outcome to a result code. On failure the error is handed to the caller
@@ -22,7 +52,7 @@ pub(crate) unsafe fn call(
     out_error: *mut *mut ferrolock_error,
     f: impl FnOnce() -> Result<(), Error>,
 ) -> ferrolock_result {
-    let outcome = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(panic_error(p.as_ref())));
+    let outcome = guarded(f).unwrap_or_else(|p| Err(panic_error(p.as_ref())));
     match outcome {
         Ok(()) => ferrolock_result::Ok,
         Err(e) => {
@@ -120,6 +150,31 @@ mod tests {
             ferrolock_error_free(err);
         }
         assert_eq!(catch(7, || -> i32 { panic!("x") }), 7);
+    }
+
+    // Rust's default hook printed a caught panic's message to the host's stderr as well. The
+    // hook that was there before ours (here a recorder; in a program, usually the default one)
+    // sees only panics outside the boundary. Control: the recorder sees a panic outside it.
+    #[test]
+    fn a_caught_panic_reaches_no_earlier_hook_and_others_still_do() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static SEEN: AtomicUsize = AtomicUsize::new(0);
+        std::panic::set_hook(Box::new(|info| {
+            if info.payload().downcast_ref::<&str>().is_some_and(|m| m.starts_with("hook-test")) {
+                SEEN.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        install_quiet_hook(); // as the first boundary call does, over the recorder
+        let mut err: *mut ferrolock_error = std::ptr::null_mut();
+        // SAFETY: `err` is a valid out-pointer; the error is freed below.
+        unsafe {
+            assert_eq!(call(&mut err, || panic!("hook-test inside")), ferrolock_result::Internal);
+            crate::error::ferrolock_error_free(err);
+        }
+        assert_eq!(catch(1, || -> i32 { panic!("hook-test inside") }), 1);
+        assert_eq!(SEEN.load(Ordering::SeqCst), 0, "a caught panic reached the earlier hook");
+        assert!(catch_unwind(|| panic!("hook-test outside")).is_err());
+        assert_eq!(SEEN.load(Ordering::SeqCst), 1, "control: a panic outside the boundary was not seen");
     }
 
     #[test]
