@@ -35,6 +35,25 @@ func inlineInt(t *testing.T, url, cmd string) int {
 	return n
 }
 
+// inlineLine sends one inline command and returns the first reply line.
+func inlineLine(t *testing.T, url, cmd string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "redis://"), time.Second)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s: %v", cmd, err)
+	}
+	return strings.TrimSpace(line)
+}
+
 // Fair mode: goroutines with a client each get the lock in arrival order, and fair mode is
 // refused on a Redlock client.
 func TestFairModeServesInArrivalOrder(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -251,6 +252,40 @@ func TestAcquireDeadlineAlwaysWrapsTheContextError(t *testing.T) {
 		if !errors.Is(err, ferrolock.ErrAcquireTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("wait %d: %v", i, err)
 		}
+	}
+}
+
+// A wait bounded by ctx that ends while the server does not answer says so, as the other
+// languages' bounded waits do ("the last attempt failed: TIMEOUT: …", docs/GUARANTEES.md): ctx's
+// deadline ends Go's wait by cancelling the core's, and that error used to keep only
+// "context deadline exceeded", the same as for a lock that is simply held by another owner.
+func TestAcquireDeadlineQuotesTheLastFailure(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, &ferrolock.ClientOptions{ResponseTimeout: 100 * time.Millisecond})
+	l := newLock(t, c, "unanswered", lease(10*time.Second))
+	held := newLock(t, c, "held", lease(10*time.Second))
+	h := acquire(t, held, time.Second)
+	other := newLock(t, c, "held", lease(10*time.Second))
+	wait := func(l *ferrolock.Lock) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		defer cancel()
+		_, err := l.Acquire(ctx)
+		if !errors.Is(err, ferrolock.ErrAcquireTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("acquire past deadline: %v", err)
+		}
+		return err
+	}
+	// Control: a lock that is only held is not reported as a failure.
+	if err := wait(other); strings.Contains(err.Error(), "the last attempt failed") {
+		t.Fatalf("a held lock reported as a failure: %v", err)
+	}
+	release(t, h)
+	// The server stops answering (every client's commands held back for 3 s).
+	if reply := inlineLine(t, url, "CLIENT PAUSE 3000 ALL"); reply != "+OK" {
+		t.Fatalf("CLIENT PAUSE: %q", reply)
+	}
+	if err := wait(l); !strings.Contains(err.Error(), "the last attempt failed: TIMEOUT") {
+		t.Fatalf("the unanswered server is not mentioned: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 )
@@ -64,8 +65,10 @@ func (l *Lock) Close() error {
 // Acquire takes the lock, waiting until ctx ends (without a deadline or cancellation: without
 // bound). Waiting is driven by release notifications in the core, not polling. When ctx ends
 // first the error matches ErrAcquireTimeout (deadline) or ErrCancelled, and also the context's
-// own error; an attempt interrupted in flight is undone in Redis, and a grant that races with the
-// end of ctx is released, so a failed Acquire never leaves a hold behind.
+// own error; its message quotes the last attempt's failure when the attempts failed (a server
+// that did not answer), as in the other languages. An attempt interrupted in flight is undone
+// in Redis, and a grant that races with the end of ctx is released, so a failed Acquire never
+// leaves a hold behind.
 func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 	p := l.load()
 	if p == nil {
@@ -116,7 +119,17 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 			<-ctx.Done()
 		}
 		if ctx.Err() != nil && (errors.Is(err, ErrAcquireTimeout) || errors.Is(err, ErrCancelled)) {
-			return nil, contextError(ctx, ErrAcquireTimeout)
+			ce := contextError(ctx, ErrAcquireTimeout)
+			// Keep the core's account of failed attempts (a server that did not answer), which
+			// the other languages' bounded waits report: without it this error reads the same
+			// as for a lock that was only held by another owner.
+			var fe, out *Error
+			if errors.As(err, &fe) && errors.As(ce, &out) {
+				if i := strings.Index(fe.Message, lastFailure); i >= 0 {
+					out.Message += "; " + fe.Message[i:]
+				}
+			}
+			return nil, ce
 		}
 		return nil, err
 	}
@@ -129,6 +142,9 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 	}
 	return h, nil
 }
+
+// lastFailure starts the core's quote of a failed attempt in an error that ends a wait.
+const lastFailure = "the last attempt failed: "
 
 // maxWait is the longest wait the library accepts (one year, core's MAX_DURATION).
 const maxWait = 365 * 24 * time.Hour

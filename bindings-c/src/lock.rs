@@ -172,11 +172,8 @@ pub unsafe extern "C" fn ferrolock_lock_acquire_cancellable(
                             std::future::pending::<()>().await; // token freed: never fires
                         }
                     };
-                    tokio::select! {
-                        biased;
-                        () = cancelled => Err(Error::new(ErrorKind::Cancelled, "the acquire was cancelled")),
-                        r = l.acquire(wait) => r,
-                    }
+                    // CANCELLED, quoting the last attempt's failure if the attempts failed.
+                    l.acquire_cancellable(wait, cancelled).await
                 })?
             };
             write(out_guard, GUARDS.insert(guard));

@@ -136,12 +136,51 @@ impl Lock {
     /// [`ErrorKind::Closed`] if the client is closed, also while this call waits
     /// ([`Client::close`]).
     pub async fn acquire(&self, wait: Option<Duration>) -> Result<Guard> {
+        self.acquire_noting(wait, None).await
+    }
+
+    /// As [`Lock::acquire`], ended at once by `cancel` with [`ErrorKind::Cancelled`] (an attempt
+    /// in flight is undone, as for any acquire that is dropped). If the attempts so far failed
+    /// (a server that did not answer or could not be reached), the error quotes the last failure
+    /// as an elapsed wait does (`the last attempt failed: TIMEOUT: …`), so that a caller whose
+    /// own deadline cancels the wait (Go's `context`) can tell a server that did not answer from
+    /// a lock that was held. (Single server, Sentinel and Cluster; a Redlock wait that could not
+    /// reach a quorum reports [`ErrorKind::QuorumNotReached`] when its wait elapses instead.)
+    pub async fn acquire_cancellable(
+        &self,
+        wait: Option<Duration>,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<Guard> {
+        let last = Mutex::new(None);
+        tokio::select! {
+            biased;
+            () = cancel => Err(match last.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(e) => Error::new(
+                    ErrorKind::Cancelled,
+                    format!(
+                        "the acquire was cancelled; the last attempt failed: {}: {}",
+                        e.kind().name(),
+                        e.message()
+                    ),
+                ),
+                None => Error::new(ErrorKind::Cancelled, "the acquire was cancelled"),
+            }),
+            r = self.acquire_noting(wait, Some(&last)) => r,
+        }
+    }
+
+    /// [`Lock::acquire`], noting in `last` whether each attempt failed (and how).
+    async fn acquire_noting(
+        &self,
+        wait: Option<Duration>,
+        last: Option<&Mutex<Option<Error>>>,
+    ) -> Result<Guard> {
         timing::check_wait(wait)?;
         let client = &self.inner.client;
         client.check_open()?;
         // The waits inside end at a close; a request in flight is not watched (that would cost
         // every uncontended acquire a registration): its reply settles it, see below.
-        let r = self.acquire_open(wait).await?;
+        let r = self.acquire_open(wait, last).await?;
         if client.is_closed() {
             return Err(self.undeliverable(Some(r)));
         }
@@ -170,7 +209,11 @@ impl Lock {
         crate::client::closed_error()
     }
 
-    async fn acquire_open(&self, wait: Option<Duration>) -> Result<Guard> {
+    async fn acquire_open(
+        &self,
+        wait: Option<Duration>,
+        last: Option<&Mutex<Option<Error>>>,
+    ) -> Result<Guard> {
         let deadline = wait.map(|w| Instant::now() + w);
         let c = &self.inner.client;
         let (conn, notifier) = match &c.inner.backend {
@@ -305,6 +348,9 @@ impl Lock {
                 Err(e) if e.kind().is_transient() && left != Some(Duration::ZERO) => Some(e),
                 Err(e) => return Err(e),
             };
+            if let Some(last) = last {
+                *last.lock().unwrap_or_else(|p| p.into_inner()) = failed.clone();
+            }
             if let Some(e) = failed {
                 tracing::debug!("ferrolock: acquire retry after {}", e.kind());
                 let (since, told) = failing_since.get_or_insert((Instant::now(), false));
