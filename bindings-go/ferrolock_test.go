@@ -289,6 +289,32 @@ func TestAcquireDeadlineQuotesTheLastFailure(t *testing.T) {
 	}
 }
 
+// A Redlock wait bounded by ctx that ends because a quorum of masters does not answer is
+// ErrQuorumNotReached, as in the other languages (core: "when fewer than a quorum of masters
+// answered the last try, the error is QuorumNotReached instead"), and still wraps the context's
+// error. It used to be ErrAcquireTimeout: ctx's deadline cancelled the core's wait before the
+// core's own end of the same wait could report it.
+func TestRedlockDeadlineWithoutQuorumIsQuorumNotReached(t *testing.T) {
+	urls := []string{startRedis(t), startRedis(t), startRedis(t)}
+	c, err := ferrolock.ConnectRedlock(context.Background(), urls, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l := newLock(t, c, "rl-unanswered", lease(10*time.Second))
+	for _, u := range urls[1:] { // two of three masters stop answering for 3 s
+		if reply := inlineLine(t, u, "CLIENT PAUSE 3000 ALL"); reply != "+OK" {
+			t.Fatalf("CLIENT PAUSE: %q", reply)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	_, err = l.Acquire(ctx)
+	if !errors.Is(err, ferrolock.ErrQuorumNotReached) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire without a quorum: %v (want ErrQuorumNotReached wrapping the deadline)", err)
+	}
+}
+
 func TestLostLockChannelAndContext(t *testing.T) {
 	url := startRedis(t)
 	c := connect(t, url, nil)

@@ -66,7 +66,10 @@ func (l *Lock) Close() error {
 // bound). Waiting is driven by release notifications in the core, not polling. When ctx ends
 // first the error matches ErrAcquireTimeout (deadline) or ErrCancelled, and also the context's
 // own error; its message quotes the last attempt's failure when the attempts failed (a server
-// that did not answer), as in the other languages. An attempt interrupted in flight is undone
+// that did not answer), as in the other languages. At ctx's deadline the core's own end of the
+// same wait reports first (within deadlineGrace): on a Redlock client whose last round did not
+// reach a quorum the error is ErrQuorumNotReached (wrapping the context's error), as in the other
+// languages. An attempt interrupted in flight is undone
 // in Redis, and a grant that races with the end of ctx is released, so a failed Acquire never
 // leaves a hold behind.
 func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
@@ -100,23 +103,47 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 		return nil, err
 	}
 	defer C.ferrolock_cancel_free(cancel)
+	var late *time.Timer // guarded by lateMu: the deadline's deferred cancel
+	var lateMu sync.Mutex
 	stop := context.AfterFunc(ctx, func() {
 		// Triggering a token already freed is answered with CLOSED: harmless.
-		C.ferrolock_cancel_trigger(cancel, nil)
+		trigger := func() { C.ferrolock_cancel_trigger(cancel, nil) }
+		if wait >= 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The core's own wait ends at this deadline too (rounded up to the millisecond)
+			// and says why, as in the other languages: ACQUIRE_TIMEOUT quoting a failed last
+			// attempt, QUORUM_NOT_REACHED for a Redlock quorum that did not answer. Let it,
+			// and cancel only if it has not returned shortly after (a try in flight).
+			lateMu.Lock()
+			late = time.AfterFunc(deadlineGrace, trigger)
+			lateMu.Unlock()
+			return
+		}
+		trigger()
 	})
 	var g *C.ferrolock_guard
 	cerr = nil
 	rc = C.ferrolock_lock_acquire_cancellable(p, wait, cancel, &g, &cerr)
 	stop()
+	lateMu.Lock()
+	if late != nil {
+		late.Stop()
+	}
+	lateMu.Unlock()
 	runtime.KeepAlive(l)
 	if err := check(rc, cerr); err != nil {
-		if bounded && errors.Is(err, ErrAcquireTimeout) {
+		if bounded && (errors.Is(err, ErrAcquireTimeout) ||
+			errors.Is(err, ErrQuorumNotReached) && !time.Now().Before(dl)) {
 			// The core's wait was the time left to ctx's deadline, rounded up to the
 			// millisecond, and the core times out only once its monotonic clock has passed
 			// it: the deadline is behind us even when Go's timer has not yet marked ctx done
 			// (a loaded machine delays it). Wait for that mark, so the error always wraps
 			// context.DeadlineExceeded, as one from ctx itself would.
 			<-ctx.Done()
+		}
+		var fe *Error
+		if ctx.Err() != nil && errors.Is(err, ErrQuorumNotReached) && errors.As(err, &fe) {
+			fe.cause = context.Cause(ctx) // the wait ended without a quorum: say so, and wrap ctx's error
+			return nil, fe
 		}
 		if ctx.Err() != nil && (errors.Is(err, ErrAcquireTimeout) || errors.Is(err, ErrCancelled)) {
 			ce := contextError(ctx, ErrAcquireTimeout)
@@ -142,6 +169,10 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 	}
 	return h, nil
 }
+
+// deadlineGrace is how long after ctx's deadline Acquire lets the core end the same wait on its
+// own (and report why) before it cancels it.
+const deadlineGrace = 200 * time.Millisecond
 
 // lastFailure starts the core's quote of a failed attempt in an error that ends a wait.
 const lastFailure = "the last attempt failed: "
