@@ -194,6 +194,13 @@ async fn acquire(lock: &Lock, a: &ExecArgs, shown: &str) -> Result<Guard, Fail> 
                 e.message()
             )))
         }
+        // Redlock: masters that stopped answering during the wait end it with the core's
+        // QUORUM_NOT_REACHED (the last round did not reach a quorum), what one server's wait
+        // reports as ACQUIRE_TIMEOUT quoting the failure: not obtained either.
+        Err(e) if e.kind() == ErrorKind::QuorumNotReached && a.wait.is_some() => Err(not_obtained(format!(
+            "lock {shown} was not obtained within {}: {e}",
+            human(a.wait.unwrap_or_default())
+        ))),
         Err(e) if e.kind() == ErrorKind::AcquireTimeout => Err(not_obtained(format!(
             "lock {shown} is still held after waiting {}",
             human(a.wait.unwrap_or_default())

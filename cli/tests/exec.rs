@@ -284,6 +284,34 @@ fn redlock_over_three_servers_works_with_one_stopped() {
     assert!(stdout(&out).contains(&format!("last_fence: {third}")), "{}", stdout(&out));
 }
 
+/// Masters that stop answering during a `--wait` end it with the conflict code and the reason,
+/// as one server does ("A server that drops out *during* a wait is retried until `--wait` ends",
+/// cli/README.md): a Redlock wait ends in `QUORUM_NOT_REACHED` (the core's kind for it) where one
+/// server's ends in `ACQUIRE_TIMEOUT`, and that used to exit 125 as if ferrolock had failed.
+#[test]
+fn redlock_masters_that_stop_answering_during_a_wait_exit_with_the_conflict_code() {
+    let servers = ferrolock_testkit::start_many(3);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    // Another owner's hold (the wire format, docs/PROTOCOL.md) for 800 ms on every master.
+    for s in &servers {
+        let _: i64 = s.cmd(&["HSET", "ferrolock:{rl-wait}", "owner", "other", "count", "1", "fence", "1"]);
+        let _: i64 = s.cmd(&["PEXPIRE", "ferrolock:{rl-wait}", "800"]);
+    }
+    let waiter = Proc::spawn(ferrolock(&urls).args(["exec", "--wait", "2500ms", "rl-wait", "--", "true"]));
+    std::thread::sleep(Duration::from_millis(300)); // connected to all three, waiting
+    servers[1].pause();
+    servers[2].pause();
+    let out = waiter.finish(Duration::from_secs(30));
+    servers[1].resume();
+    servers[2].resume();
+    assert_eq!(code(&out), Some(75), "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not obtained within") && stderr(&out).contains("QUORUM_NOT_REACHED"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn a_server_that_stops_answering_ends_in_lost_when_the_lease_runs_out() {
     let server = RedisServer::start();
