@@ -401,7 +401,7 @@ async fn watchdog_renews_stops_and_reports_loss() {
     let lock = client.lock("wd", LockOptions::renewing(ttl)).unwrap();
     let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
     tokio::time::sleep(ttl * 5).await;
-    assert_eq!(g.state(), LockState::Held);
+    assert_eq!(g.state(), LockState::Held, "{:?}", g.ensure(Duration::ZERO));
     assert!(client.inspect("wd").await.unwrap().is_some(), "renewed lock expired");
     let before = evalsha_calls(&server);
     tokio::time::sleep(ttl).await;
