@@ -325,6 +325,20 @@ impl Client {
         self.inner.watchdog.set_test_knobs(delay, settle);
     }
 
+    /// Tests only: the sizes of this client's tables that grow with the lock names in use:
+    /// release channels the notifier knows (summed over the masters of a Redlock client),
+    /// holds the watchdog tracks, and its renewals in flight. All return to zero once nothing
+    /// is held or waited on and the subscriptions' linger has passed.
+    #[doc(hidden)]
+    pub fn table_sizes_for_tests(&self) -> (usize, usize, usize) {
+        let channels = match &self.inner.backend {
+            Backend::Single { notifier, .. } => notifier.channel_count(),
+            Backend::Quorum(q) => q.nodes.iter().map(|n| n.notifier.channel_count()).sum(),
+        };
+        let (entries, flying) = self.inner.watchdog.table_sizes();
+        (channels, entries, flying)
+    }
+
     /// Tests only: how many times this client's watchdog scheduler has run.
     #[doc(hidden)]
     pub fn watchdog_ticks_for_tests(&self) -> u64 {

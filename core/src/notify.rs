@@ -310,6 +310,11 @@ impl Notifier {
         }
     }
 
+    /// Tests only: how many release channels this notifier keeps an entry for.
+    pub fn channel_count(&self) -> usize {
+        lock(&self.channels).len()
+    }
+
     /// A wake-one subscription to `channel` if the connection is already subscribed (no I/O).
     pub fn peek(self: &Arc<Self>, channel: &[u8]) -> Option<Subscription> {
         self.peek_mode(channel, true)
@@ -530,22 +535,26 @@ impl Notifier {
             for name in idle {
                 let mut c = conn.clone();
                 sent.spawn(async move {
-                    match op_timeout {
-                        Some(t) => {
-                            let _ = tokio::time::timeout(t, c.unsubscribe(&name)).await;
-                        }
-                        None => {
-                            let _ = c.unsubscribe(&name).await;
-                        }
-                    }
-                    name
+                    let done = match op_timeout {
+                        Some(t) => matches!(tokio::time::timeout(t, c.unsubscribe(&name)).await, Ok(Ok(()))),
+                        None => c.unsubscribe(&name).await.is_ok(),
+                    };
+                    (name, done)
                 });
             }
             while let Some(done) = sent.join_next().await {
-                let Ok(name) = done else { continue };
+                let Ok((name, done)) = done else { continue };
                 let mut map = lock(&me.channels);
-                if map.get(&name).is_some_and(|c| c.refs == 0) {
-                    map.remove(&name);
+                if let Some(chan) = map.get_mut(&name).filter(|c| c.refs == 0) {
+                    if done {
+                        map.remove(&name);
+                    } else {
+                        // Not confirmed (the connection was down, or the server did not answer
+                        // in time): the connection still counts the channel as subscribed and
+                        // subscribes it again when it reconnects. Forgotten here, it would stay
+                        // subscribed for the client's life: unsubscribe it at the next sweep.
+                        chan.sent = true;
+                    }
                 }
             }
         }

@@ -292,6 +292,11 @@ impl Watchdog {
         self.shared.test_no_settle.store(!settle, Ordering::Relaxed);
     }
 
+    /// Tests only: holds tracked, and renewals in flight.
+    pub fn table_sizes(&self) -> (usize, usize) {
+        (self.shared.entries().len(), self.shared.flying().len())
+    }
+
     /// Tests only: how many times the scheduler has looked at its holds.
     pub fn ticks(&self) -> u64 {
         self.shared.ticks.load(Ordering::Relaxed)

@@ -620,6 +620,46 @@ async fn the_first_request_after_an_outage_goes_through() {
     client.inspect("outage").await.expect("the server is back");
 }
 
+// Release channels that fall idle while the server is down: their UNSUBSCRIBE fails, and the
+// connection, which still counts them as subscribed, subscribes them again when it reconnects.
+// The sweep used to forget them all the same, so they stayed subscribed for the client's life
+// (every outage during a sweep added more, and the client kept receiving every release of those
+// names). It now unsubscribes them at a later sweep. Control: before the outage, they are
+// subscribed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_idle_during_an_outage_are_unsubscribed_once_it_is_back() {
+    let mut server = RedisServer::start();
+    let mut opts = fast_opts();
+    opts.subscription_linger = Duration::from_millis(200);
+    let holder = connect_with(&server, opts.clone()).await;
+    let client = connect_with(&server, opts).await;
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let name = format!("outage-{i}");
+        let lock = holder.lock(&name, LockOptions::lease(Duration::from_secs(30))).unwrap();
+        held.push(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+        let waiter = client.lock(&name, LockOptions::default()).unwrap();
+        let e = waiter.acquire(Some(Duration::from_millis(50))).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AcquireTimeout);
+    }
+    let channels = |server: &RedisServer| server.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]);
+    assert_eq!(channels(&server).len(), 5, "the waiters' channels are subscribed (control)");
+    server.kill9();
+    tokio::time::sleep(Duration::from_millis(1000)).await; // the sweep's UNSUBSCRIBEs fail
+    server.restart();
+    let t0 = Instant::now();
+    loop {
+        let _ = client.inspect("outage-0").await; // the client is in use again
+        let left = channels(&server);
+        if left.is_empty() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "still subscribed after the outage: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(client.table_sizes_for_tests(), (0, 0, 0));
+}
+
 // 7. SCRIPT FLUSH and a server restart mid-run: no user-visible error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_and_restart_are_invisible() {
