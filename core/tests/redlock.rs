@@ -1181,6 +1181,46 @@ async fn a_master_back_from_an_outage_answers_the_first_request() {
     g.release().await.unwrap();
 }
 
+// Release channels that fall idle while a master is down: the sweep's UNSUBSCRIBE there fails,
+// and the master's connection subscribes them again when it reconnects. They used to stay
+// subscribed on that master for the client's life; the sweep now tries again. Control: before
+// the outage every master has them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_idle_during_a_masters_outage_are_unsubscribed_once_it_is_back() {
+    let mut servers = start_many(3);
+    let mut opts = calm();
+    opts.subscription_linger = Duration::from_secs(1);
+    let holder = redlock_with(&servers, opts.clone()).await;
+    let client = redlock_with(&servers, opts).await;
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let name = format!("outage-{i}");
+        let lock = holder.lock(&name, LockOptions::lease(Duration::from_secs(30))).unwrap();
+        held.push(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+        let waiter = client.lock(&name, LockOptions::default()).unwrap();
+        let e = waiter.acquire(Some(Duration::from_millis(100))).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AcquireTimeout);
+    }
+    let channels = |s: &RedisServer| s.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]);
+    for s in &servers {
+        assert_eq!(channels(s).len(), 5, "the waiters' channels are subscribed (control)");
+    }
+    servers[0].kill9();
+    tokio::time::sleep(Duration::from_millis(2500)).await; // the sweep's UNSUBSCRIBEs fail there
+    servers[0].restart();
+    let t0 = Instant::now();
+    loop {
+        let _ = client.inspect("outage-0").await; // the client is in use again
+        let left: Vec<Vec<String>> = servers.iter().map(channels).collect();
+        if left.iter().all(Vec::is_empty) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "still subscribed after the outage: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(client.table_sizes_for_tests(), (0, 0, 0));
+}
+
 // An extend to a shorter lease that no quorum answered may still have run on the masters: the
 // guard takes the shorter lease as its bound (it kept the longer one before), so it does not read
 // "held" past what the masters may keep. Control: an unanswered longer extend changes nothing.

@@ -630,7 +630,7 @@ async fn the_first_request_after_an_outage_goes_through() {
 async fn channels_idle_during_an_outage_are_unsubscribed_once_it_is_back() {
     let mut server = RedisServer::start();
     let mut opts = fast_opts();
-    opts.subscription_linger = Duration::from_millis(200);
+    opts.subscription_linger = Duration::from_secs(1);
     let holder = connect_with(&server, opts.clone()).await;
     let client = connect_with(&server, opts).await;
     let mut held = Vec::new();
@@ -645,7 +645,7 @@ async fn channels_idle_during_an_outage_are_unsubscribed_once_it_is_back() {
     let channels = |server: &RedisServer| server.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]);
     assert_eq!(channels(&server).len(), 5, "the waiters' channels are subscribed (control)");
     server.kill9();
-    tokio::time::sleep(Duration::from_millis(1000)).await; // the sweep's UNSUBSCRIBEs fail
+    tokio::time::sleep(Duration::from_millis(2500)).await; // the sweep's UNSUBSCRIBEs fail
     server.restart();
     let t0 = Instant::now();
     loop {
