@@ -113,6 +113,9 @@ struct Chan {
     /// have been cancelled or timed out): the sweep unsubscribes the channel once idle, so no
     /// subscription is left on the server for good.
     sent: bool,
+    /// The sweep's UNSUBSCRIBE is on its way (on a stopped Redlock master it may wait for
+    /// hours): no other is sent meanwhile, so they do not pile up there.
+    unsubscribing: bool,
     idle_since: Option<Instant>,
     /// Registered waiters in arrival order (keys increase).
     waiters: BTreeMap<u64, Arc<Slot>>,
@@ -390,6 +393,7 @@ impl Notifier {
                 refs: 0,
                 subscribed: false,
                 sent: false,
+                unsubscribing: false,
                 idle_since: None,
                 waiters: BTreeMap::new(),
                 turn: Arc::new(Notify::new()),
@@ -499,7 +503,8 @@ impl Notifier {
     }
 
     /// Unsubscribe channels idle for at least `linger`. Runs until the client is dropped.
-    /// `op_timeout` bounds each UNSUBSCRIBE (Redlock: a stopped master must not stall the sweep).
+    /// `op_timeout` bounds how long a sweep waits for its UNSUBSCRIBEs (Redlock: a stopped
+    /// master must not stall the sweep); one still unanswered then goes on in the background.
     pub async fn sweep(
         this: Weak<Self>,
         conn: impl PubSubConn,
@@ -520,9 +525,10 @@ impl Notifier {
                 let mut idle = Vec::new();
                 for (name, chan) in map.iter_mut() {
                     let old = chan.idle_since.is_some_and(|t| t.elapsed() >= linger);
-                    if chan.refs == 0 && (chan.subscribed || chan.sent) && old {
+                    if chan.refs == 0 && (chan.subscribed || chan.sent) && old && !chan.unsubscribing {
                         chan.subscribed = false; // peek() no longer hands it out
                         chan.sent = false;
+                        chan.unsubscribing = true;
                         idle.push(name.clone());
                     }
                 }
@@ -530,33 +536,54 @@ impl Notifier {
             };
             // All at once: they share one round trip on the multiplexed connection, so `ops`
             // (which a new waiter's SUBSCRIBE needs) is held for one reply, or one `op_timeout`
-            // on a stopped master, not one per idle channel.
-            let mut sent = tokio::task::JoinSet::new();
-            for name in idle {
-                let mut c = conn.clone();
-                sent.spawn(async move {
-                    let done = match op_timeout {
-                        Some(t) => matches!(tokio::time::timeout(t, c.unsubscribe(&name)).await, Ok(Ok(()))),
-                        None => c.unsubscribe(&name).await.is_ok(),
-                    };
-                    (name, done)
-                });
+            // on a stopped master, not one per idle channel. An UNSUBSCRIBE still unanswered then
+            // goes on without it (a later SUBSCRIBE of its channel queues behind it).
+            let sent: Vec<_> = idle
+                .into_iter()
+                .map(|name| tokio::spawn(Self::unsubscribe_idle(this.clone(), conn.clone(), name)))
+                .collect();
+            let all = async {
+                for s in sent {
+                    let _ = s.await;
+                }
+            };
+            match op_timeout {
+                Some(t) => {
+                    let _ = tokio::time::timeout(t, all).await;
+                }
+                None => all.await,
             }
-            while let Some(done) = sent.join_next().await {
-                let Ok((name, done)) = done else { continue };
-                let mut map = lock(&me.channels);
-                if let Some(chan) = map.get_mut(&name).filter(|c| c.refs == 0) {
-                    if done {
-                        map.remove(&name);
-                    } else {
-                        // Not confirmed (the connection was down, or the server did not answer
-                        // in time): the connection still counts the channel as subscribed and
-                        // subscribes it again when it reconnects. Forgotten here, it would stay
-                        // subscribed for the client's life: unsubscribe it at the next sweep.
-                        chan.sent = true;
-                    }
+        }
+    }
+
+    /// The sweep's UNSUBSCRIBE of the idle `channel`, and what its outcome means for the
+    /// channel's entry. Holds no reference to the notifier while it waits: once the client is
+    /// gone, the request is dropped within a second, and with it this handle on the connection.
+    async fn unsubscribe_idle(this: Weak<Self>, mut conn: impl PubSubConn, channel: Vec<u8>) {
+        let done = {
+            let mut unsubscribe = std::pin::pin!(conn.unsubscribe(&channel));
+            loop {
+                match tokio::time::timeout(Duration::from_secs(1), &mut unsubscribe).await {
+                    Ok(r) => break r.is_ok(),
+                    Err(_) if this.strong_count() == 0 => return,
+                    Err(_) => {}
                 }
             }
+        };
+        let Some(me) = this.upgrade() else { return };
+        let mut map = lock(&me.channels);
+        let Some(chan) = map.get_mut(&channel) else { return };
+        chan.unsubscribing = false;
+        if chan.refs > 0 || chan.subscribed || chan.sent {
+            return; // wanted again meanwhile: its own SUBSCRIBE went after this request
+        }
+        if done {
+            map.remove(&channel);
+        } else {
+            // Not confirmed (the connection was down or broke): the connection still counts
+            // the channel as subscribed and subscribes it again when it reconnects. Forgotten
+            // here, it would stay subscribed for the client's life: the next sweep tries again.
+            chan.sent = true;
         }
     }
 }
@@ -727,6 +754,7 @@ mod tests {
                 refs: 0,
                 subscribed: true,
                 sent: true,
+                unsubscribing: false,
                 idle_since: None,
                 waiters: BTreeMap::new(),
                 turn: Arc::new(Notify::new()),

@@ -1221,6 +1221,41 @@ async fn channels_idle_during_a_masters_outage_are_unsubscribed_once_it_is_back(
     assert_eq!(client.table_sizes_for_tests(), (0, 0, 0));
 }
 
+// The retry above must not pile up on a stopped master (its connection has no response timeout:
+// an UNSUBSCRIBE sent there waits until it runs again): one UNSUBSCRIBE per idle channel is on its
+// way at a time, not one per sweep for as long as the master stays stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_master_gets_one_unsubscribe_per_idle_channel() {
+    let servers = start_many(3);
+    let mut opts = calm();
+    opts.subscription_linger = Duration::from_secs(1);
+    let holder = redlock_with(&servers, opts.clone()).await;
+    let client = redlock_with(&servers, opts).await;
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let name = format!("stopped-{i}");
+        let lock = holder.lock(&name, LockOptions::lease(Duration::from_secs(30))).unwrap();
+        held.push(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+        let waiter = client.lock(&name, LockOptions::default()).unwrap();
+        let e = waiter.acquire(Some(Duration::from_millis(100))).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AcquireTimeout);
+    }
+    let channels = |s: &RedisServer| s.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]);
+    assert_eq!(channels(&servers[0]).len(), 5, "the waiters' channels are subscribed (control)");
+    let unsubscribes = |s: &RedisServer| s.command_calls().get("unsubscribe").copied().unwrap_or(0);
+    let before = unsubscribes(&servers[0]);
+    servers[0].pause();
+    tokio::time::sleep(Duration::from_millis(5500)).await; // about five sweeps
+    servers[0].resume();
+    let t0 = Instant::now();
+    while !servers.iter().all(|s| channels(s).is_empty()) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "still subscribed after the stop");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(unsubscribes(&servers[0]) - before, 5, "UNSUBSCRIBEs piled up on the stopped master");
+    assert_eq!(client.table_sizes_for_tests(), (0, 0, 0));
+}
+
 // An extend to a shorter lease that no quorum answered may still have run on the masters: the
 // guard takes the shorter lease as its bound (it kept the longer one before), so it does not read
 // "held" past what the masters may keep. Control: an unanswered longer extend changes nothing.
