@@ -16,11 +16,6 @@ fn opts(fair: bool) -> LockOptions {
     LockOptions::lease(LEASE).with_fair(fair)
 }
 
-async fn data_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let c = redis::Client::open(server.url()).unwrap();
-    c.get_multiplexed_async_connection().await.unwrap()
-}
-
 async fn queue_len(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> usize {
     conn.llen(format!("ferrolock:{{{name}}}:queue")).await.unwrap()
 }

@@ -28,11 +28,6 @@ fn calm() -> ClientOptions {
     o
 }
 
-async fn data_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let c = redis::Client::open(server.url()).unwrap();
-    c.get_multiplexed_async_connection().await.unwrap()
-}
-
 /// Read-modify-write with a gap, so that two overlapping critical sections lose an update.
 async fn rmw(conn: &mut redis::aio::MultiplexedConnection) {
     let v: i64 = conn.get("ctr").await.unwrap_or(0);

@@ -18,11 +18,6 @@ async fn rmw(conn: &mut redis::aio::MultiplexedConnection) {
     let _: () = conn.set("ctr", v + 1).await.unwrap();
 }
 
-async fn data_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let c = redis::Client::open(server.url()).unwrap();
-    c.get_multiplexed_async_connection().await.unwrap()
-}
-
 // 1. 8 clients × 200 acquisitions: no overlap, exact count, fences increasing in grant order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn contention_no_overlap_exact_count_increasing_fences() {

@@ -19,6 +19,15 @@ pub async fn connect_with(server: &RedisServer, opts: ClientOptions) -> Client {
     Client::connect(&server.url(), opts).await.expect("connect")
 }
 
+/// The harness's own connection for the resource the lock guards (read-modify-write counters).
+/// No response timeout: on a loaded machine (test binaries run side by side) a reply can take
+/// longer than redis-rs's default 500 ms, and that is not what these tests are about.
+pub async fn data_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let c = redis::Client::open(server.url()).unwrap();
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    c.get_multiplexed_async_connection_with_config(&config).await.unwrap()
+}
+
 pub fn fast_opts() -> ClientOptions {
     let mut o = ClientOptions::default();
     o.response_timeout = Duration::from_millis(200);
