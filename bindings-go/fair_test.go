@@ -18,20 +18,11 @@ import (
 // inlineInt sends one inline command and parses an integer reply (":n").
 func inlineInt(t *testing.T, url, cmd string) int {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "redis://"), time.Second)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
+	line := inlineLine(t, url, cmd)
+	if !strings.HasPrefix(line, ":") {
+		t.Fatalf("%s: %q", cmd, line)
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
-		t.Fatalf("write: %v", err)
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, ":") {
-		t.Fatalf("%s: %q %v", cmd, line, err)
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+	n, _ := strconv.Atoi(line[1:])
 	return n
 }
 

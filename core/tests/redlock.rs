@@ -1187,18 +1187,9 @@ async fn channels_idle_during_a_masters_outage_are_unsubscribed_once_it_is_back(
     opts.subscription_linger = Duration::from_secs(1);
     let holder = redlock_with(&servers, opts.clone()).await;
     let client = redlock_with(&servers, opts).await;
-    let mut held = Vec::new();
-    for i in 0..5 {
-        let name = format!("outage-{i}");
-        let lock = holder.lock(&name, LockOptions::lease(Duration::from_secs(30))).unwrap();
-        held.push(lock.acquire(Some(Duration::ZERO)).await.unwrap());
-        let waiter = client.lock(&name, LockOptions::default()).unwrap();
-        let e = waiter.acquire(Some(Duration::from_millis(100))).await.unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::AcquireTimeout);
-    }
-    let channels = |s: &RedisServer| s.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]);
+    let _held = idle_release_channels(&holder, &client, "outage", Duration::from_millis(100)).await;
     for s in &servers {
-        assert_eq!(channels(s).len(), 5, "the waiters' channels are subscribed (control)");
+        assert_eq!(release_channels(s).len(), 5, "the waiters' channels are subscribed (control)");
     }
     servers[0].kill9();
     tokio::time::sleep(Duration::from_millis(2500)).await; // the sweep's UNSUBSCRIBEs fail there
@@ -1206,7 +1197,7 @@ async fn channels_idle_during_a_masters_outage_are_unsubscribed_once_it_is_back(
     let t0 = Instant::now();
     loop {
         let _ = client.inspect("outage-0").await; // the client is in use again
-        let left: Vec<Vec<String>> = servers.iter().map(channels).collect();
+        let left: Vec<Vec<String>> = servers.iter().map(release_channels).collect();
         if left.iter().all(Vec::is_empty) {
             break;
         }
@@ -1226,24 +1217,15 @@ async fn a_stopped_master_gets_one_unsubscribe_per_idle_channel() {
     opts.subscription_linger = Duration::from_secs(1);
     let holder = redlock_with(&servers, opts.clone()).await;
     let client = redlock_with(&servers, opts).await;
-    let mut held = Vec::new();
-    for i in 0..5 {
-        let name = format!("stopped-{i}");
-        let lock = holder.lock(&name, LockOptions::lease(Duration::from_secs(30))).unwrap();
-        held.push(lock.acquire(Some(Duration::ZERO)).await.unwrap());
-        let waiter = client.lock(&name, LockOptions::default()).unwrap();
-        let e = waiter.acquire(Some(Duration::from_millis(100))).await.unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::AcquireTimeout);
-    }
-    let channels = |s: &RedisServer| s.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]);
-    assert_eq!(channels(&servers[0]).len(), 5, "the waiters' channels are subscribed (control)");
+    let _held = idle_release_channels(&holder, &client, "stopped", Duration::from_millis(100)).await;
+    assert_eq!(release_channels(&servers[0]).len(), 5, "the waiters' channels are subscribed (control)");
     let unsubscribes = |s: &RedisServer| s.command_calls().get("unsubscribe").copied().unwrap_or(0);
     let before = unsubscribes(&servers[0]);
     servers[0].pause();
     tokio::time::sleep(Duration::from_millis(5500)).await; // about five sweeps
     servers[0].resume();
     let t0 = Instant::now();
-    while !servers.iter().all(|s| channels(s).is_empty()) {
+    while !servers.iter().all(|s| release_channels(s).is_empty()) {
         assert!(t0.elapsed() < Duration::from_secs(5), "still subscribed after the stop");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -628,24 +628,15 @@ async fn channels_idle_during_an_outage_are_unsubscribed_once_it_is_back() {
     opts.subscription_linger = Duration::from_secs(1);
     let holder = connect_with(&server, opts.clone()).await;
     let client = connect_with(&server, opts).await;
-    let mut held = Vec::new();
-    for i in 0..5 {
-        let name = format!("outage-{i}");
-        let lock = holder.lock(&name, LockOptions::lease(Duration::from_secs(30))).unwrap();
-        held.push(lock.acquire(Some(Duration::ZERO)).await.unwrap());
-        let waiter = client.lock(&name, LockOptions::default()).unwrap();
-        let e = waiter.acquire(Some(Duration::from_millis(50))).await.unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::AcquireTimeout);
-    }
-    let channels = |server: &RedisServer| server.cmd::<Vec<String>>(&["PUBSUB", "CHANNELS", "ferrolock:*"]);
-    assert_eq!(channels(&server).len(), 5, "the waiters' channels are subscribed (control)");
+    let _held = idle_release_channels(&holder, &client, "outage", Duration::from_millis(50)).await;
+    assert_eq!(release_channels(&server).len(), 5, "the waiters' channels are subscribed (control)");
     server.kill9();
     tokio::time::sleep(Duration::from_millis(2500)).await; // the sweep's UNSUBSCRIBEs fail
     server.restart();
     let t0 = Instant::now();
     loop {
         let _ = client.inspect("outage-0").await; // the client is in use again
-        let left = channels(&server);
+        let left = release_channels(&server);
         if left.is_empty() {
             break;
         }

@@ -28,6 +28,32 @@ pub async fn data_conn(server: &RedisServer) -> redis::aio::MultiplexedConnectio
     c.get_multiplexed_async_connection_with_config(&config).await.unwrap()
 }
 
+/// `holder` takes `{prefix}-0` … `{prefix}-4` (30 s leases, returned), and a waiter of `client`
+/// on each gives up after `wait`: `client` stays subscribed to five release channels that nobody
+/// waits on, until its sweep unsubscribes them after `subscription_linger`.
+pub async fn idle_release_channels(
+    holder: &Client,
+    client: &Client,
+    prefix: &str,
+    wait: Duration,
+) -> Vec<ferrolock::Guard> {
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let name = format!("{prefix}-{i}");
+        let lock = holder.lock(&name, ferrolock::LockOptions::lease(Duration::from_secs(30))).unwrap();
+        held.push(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+        let waiter = client.lock(&name, ferrolock::LockOptions::default()).unwrap();
+        let e = waiter.acquire(Some(wait)).await.unwrap_err();
+        assert_eq!(e.kind(), ferrolock::ErrorKind::AcquireTimeout);
+    }
+    held
+}
+
+/// The lock release channels `server` has subscribers for.
+pub fn release_channels(server: &RedisServer) -> Vec<String> {
+    server.cmd(&["PUBSUB", "CHANNELS", "ferrolock:*"])
+}
+
 pub fn fast_opts() -> ClientOptions {
     let mut o = ClientOptions::default();
     o.response_timeout = Duration::from_millis(200);
