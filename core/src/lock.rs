@@ -244,6 +244,13 @@ impl Lock {
         // warning level, after a second, so that a long or unbounded wait is not silent.
         let mut failing_since: Option<(Instant, bool)> = None;
         'tries: loop {
+            if fair && queued.turn.is_none() && self.live_count() == 0 {
+                // A re-entry whose hold was found lost (or lost meanwhile) goes on as a fresh
+                // acquire: it queues like one, with this handle's turn, or later waiters would
+                // overtake it for the rest of this call.
+                let t = self.or_closed(self.inner.queue_turn.clone().lock_owned());
+                queued.turn = Some(self.by_deadline(deadline, t).await??);
+            }
             if sub.is_none() {
                 sub = notifier.peek(&self.inner.keys.channel);
             }
@@ -304,6 +311,9 @@ impl Lock {
                             }
                         }
                     };
+                    if fair && queued.turn.is_none() && self.live_count() == 0 {
+                        continue 'tries; // a re-entry that lost its hold: try again, queued
+                    }
                     // The holder's lease bounds the wait even if a message is lost.
                     let mut bound = match u64::try_from(pttl) {
                         Ok(ms) => Duration::from_millis(ms + 1),

@@ -481,3 +481,51 @@ async fn a_forced_unlock_keeps_the_queue_order() {
     assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>(), "the queue order was not kept");
     assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
 }
+
+/// Whether `token` is in `name`'s queue.
+async fn is_queued(conn: &mut redis::aio::MultiplexedConnection, name: &str, token: &[u8]) -> bool {
+    let queue: Vec<Vec<u8>> = conn.lrange(format!("ferrolock:{{{name}}}:queue"), 0, -1).await.unwrap();
+    queue.iter().any(|t| t == token)
+}
+
+// A fair re-entry (the handle counts a live hold) whose try finds its hold gone (force-unlocked,
+// then taken by another owner) goes on as a fresh acquire: it joins the queue then, so a waiter
+// that came after it does not get the lock first (it used to wait unqueued for the rest of its
+// call, and the next release went to the later waiter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_reentry_that_finds_its_hold_gone_queues() {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let name = "reentry-queues";
+    let (ca, cc, cd, admin) =
+        (connect(&server).await, connect(&server).await, connect(&server).await, connect(&server).await);
+    let a = ca.lock(name, opts(true)).unwrap();
+    let ga = a.acquire(Some(Duration::ZERO)).await.unwrap();
+    let a_token = ca.inspect(name).await.unwrap().unwrap().owner;
+    admin.force_unlock(name).await.unwrap().expect("A held it");
+    let gc = cc.lock(name, opts(true)).unwrap().acquire(Some(Duration::ZERO)).await.unwrap();
+    let wa = tokio::spawn({
+        let a = a.clone();
+        async move { a.acquire(Some(Duration::from_secs(20))).await }
+    });
+    // Bounded: with the fault, A never queues.
+    let t = Instant::now();
+    while !is_queued(&mut data, name, &a_token).await && t.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let a_queued = is_queued(&mut data, name, &a_token).await;
+    let d = cd.lock(name, opts(true)).unwrap();
+    let wd = tokio::spawn(async move { d.acquire(Some(Duration::from_secs(20))).await });
+    until_queued(&mut data, name, if a_queued { 2 } else { 1 }).await;
+    gc.release().await.unwrap();
+    let owner = admin.inspect(name).await.unwrap().map(|i| i.owner);
+    assert!(
+        owner.as_deref() == Some(a_token.as_slice()),
+        "a waiter that came after the re-entry got the lock first (the re-entry queued: {a_queued})"
+    );
+    let got_a = wa.await.unwrap().expect("A's acquire");
+    assert_eq!(got_a.count(), 1, "a fresh hold, not a re-entry");
+    assert_eq!(ga.state(), LockState::Lost);
+    got_a.release().await.unwrap();
+    wd.await.unwrap().expect("D's acquire").release().await.unwrap();
+}
