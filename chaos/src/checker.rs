@@ -488,8 +488,8 @@ fn renewals_after_release(monitor: impl IntoIterator<Item = Value>, quorum: u64)
         };
         match (nkeys, argv.len()) {
             // acquire.lua: ARGV[5] (fair mode, with 4 keys), ARGV[6] (Redlock floor) and ARGV[7]
-            // (Redlock re-entry) optional
-            (2, 4..=7) | (4, 5) => {
+            // (Redlock re-entry) optional; fair mode's ARGV[8] (the hand-over's offer) with 4 keys
+            (2, 4..=7) | (4, 5) | (4, 8) => {
                 released.remove(&token);
             }
             (1, 3) | (1, 4) | (1, 5) if argv[2] == "0" => {

@@ -17,6 +17,10 @@
 -- ARGV[7]  optional: 'reenter' for a Redlock re-entry round: where the caller's hold is gone (the
 --          key is free), make nothing and reply {3}, so that a round that is undone leaves no
 --          fresh hold behind that a later re-entry would count as one that survived
+-- ARGV[8]  optional, fair mode: the lease a hand-over gives the caller (written into its queue
+--          entry instead of ARGV[2]): a short offer that the caller confirms with extend once
+--          it reads the grant, so that a stale entry (a waiter that died or never left) holds
+--          the lock only that long. Absent or empty: ARGV[2] (clients before this addition).
 -- Returns {1, fence, count}  granted (fresh hold or re-entry by the same owner)
 --         {0, pttl}          held by another owner (pttl = -1: the hold has no expiry)
 --         {0, pttl, fence}   the same, in fair mode: `fence` is the holder's (a grant message
@@ -47,7 +51,8 @@ if owner then
     if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 0 then
       redis.call('RPUSH', KEYS[3], ARGV[1])
     end
-    redis.call('HSET', KEYS[4], ARGV[1], string.format('%d:%d', now_ms + stay, tonumber(ARGV[2])))
+    local offer = tonumber(ARGV[8] or '') or tonumber(ARGV[2])
+    redis.call('HSET', KEYS[4], ARGV[1], string.format('%d:%d', now_ms + stay, offer))
     for _, k in ipairs({KEYS[3], KEYS[4]}) do
       if redis.call('PTTL', k) < stay + 1000 then
         redis.call('PEXPIRE', k, stay + 1000)

@@ -48,6 +48,8 @@ pub(crate) struct LockInner {
     /// Fair mode: held by the acquire of this handle that may be queued (and by the undo of
     /// its place in the queue when it gives up), so one handle is queued once at a time.
     queue_turn: Arc<tokio::sync::Mutex<()>>,
+    /// Tests only ([`Lock::skip_queue_leaves_for_tests`]): leaving the queue sends nothing.
+    skip_queue_leaves: std::sync::atomic::AtomicBool,
 }
 
 enum Attempt {
@@ -109,6 +111,7 @@ impl Lock {
                 release_request: OnceLock::new(),
                 fair: opts.fair,
                 queue_turn: Arc::new(tokio::sync::Mutex::new(())),
+                skip_queue_leaves: Default::default(),
             }),
         })
     }
@@ -121,6 +124,14 @@ impl Lock {
     /// The lease of each grant.
     pub fn ttl(&self) -> Duration {
         self.inner.ttl
+    }
+
+    /// Tests only: while `skip` is true, a fair acquire of this handle that gives up leaves its
+    /// queue entry behind, as a process that died or a leave that never reached the server
+    /// would (the stale-entry tests of core/tests/fair.rs). No effect on other handles.
+    #[doc(hidden)]
+    pub fn skip_queue_leaves_for_tests(&self, skip: bool) {
+        self.inner.skip_queue_leaves.store(skip, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Acquire, waiting at most `wait` (`None`: without bound). Fails with
@@ -335,13 +346,22 @@ impl Lock {
                         // Within the wait (the grant is released by the queue's leave otherwise).
                         let _op = self.op_until(deadline).await?;
                         let ttl = self.inner.ttl;
-                        let mut deadline = timing::deadline(&c.inner.opts, t, ttl);
-                        if deadline < Instant::now() + ttl * 2 / 3 && self.live_count() == 0 {
-                            // Queued long since the last "held" try: that bound leaves less
-                            // than the watchdog's first renewal needs. Restart the lease.
+                        // The hand-over gave this token the lease of its queue entry: an offer
+                        // shorter than its own lease, which only the confirmation below turns
+                        // into that lease (docs/PROTOCOL.md, "Taking a handed-on grant").
+                        let offer = timing::grant_offer(ttl);
+                        let mut deadline = timing::deadline(&c.inner.opts, t, offer);
+                        if (offer < ttl || deadline < Instant::now() + ttl * 2 / 3) && self.live_count() == 0
+                        {
+                            // An offer, or queued long since the last "held" try (that bound
+                            // leaves less than the watchdog's first renewal needs): restart the
+                            // lease.
                             match self.confirm_grant(conn).await {
                                 Confirmed::Until(d) => deadline = d,
                                 Confirmed::NotHeld => break 'held None, // try again
+                                // The offer's bound is too short to hand out: the next try
+                                // finds this token holding (and settles the count) or not.
+                                Confirmed::Unknown if offer < ttl => break 'held None,
                                 Confirmed::Unknown => {}
                             }
                         }
@@ -849,6 +869,9 @@ impl Lock {
     /// Fair mode: leave the queue; a grant made to this token meanwhile (which this handle never
     /// took) is released and handed on by the same script.
     async fn leave_queue(&self) {
+        if self.inner.skip_queue_leaves.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let _op = self.inner.op.clone().lock_owned().await;
         if self.live_count() == 0 {
             let _ = self.send_release_level(Level { count: 0, fence: None }).await;

@@ -60,6 +60,11 @@ pub(crate) async fn acquire(lock: &LockInner, conn: &Conn, queue_ms: Option<u64>
                 .arg(opts.max_reentrancy);
             if let Some(ms) = queue_ms {
                 script.arg(ms);
+                let offer = timing::grant_offer(lock.ttl);
+                if offer < lock.ttl {
+                    // ARGV[6], ARGV[7] (Redlock's) empty; ARGV[8]: a hand-over's lease is an offer.
+                    script.arg("").arg("").arg(timing::millis(offer));
+                }
             }
             script
         };

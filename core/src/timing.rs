@@ -19,6 +19,18 @@ pub fn deadline(opts: &ClientOptions, t_send: Instant, ttl: Duration) -> Instant
     t_send + ttl.saturating_sub(drift(opts, ttl))
 }
 
+/// Fair mode: the longest lease a hand-over gives a queued waiter before that waiter confirms
+/// it (an owner-checked extend to its own lease): what a stale queue entry (a waiter that died,
+/// or whose leave never reached the server) costs the waiters behind it (docs/PROTOCOL.md).
+pub(crate) const GRANT_OFFER: Duration = Duration::from_secs(2);
+
+/// The lease a hand-over gives a queued waiter whose lease is `ttl`: `ttl` itself when it is no
+/// longer than [`GRANT_OFFER`] (the grant is then taken without a confirmation when the waiter's
+/// last try was recent), else the offer.
+pub(crate) fn grant_offer(ttl: Duration) -> Duration {
+    ttl.min(GRANT_OFFER)
+}
+
 /// A TTL must be a whole number of milliseconds the server accepts, and leave a validity of
 /// at least 2 ms after the drift.
 pub(crate) fn check_ttl(opts: &ClientOptions, what: &str, ttl: Duration) -> Result<()> {

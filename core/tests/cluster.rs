@@ -312,11 +312,13 @@ async fn a_resubscription_does_not_shift_script_replies() {
 
 // Fair mode on a cluster: the waiters queue on the lock's master and each release hands the
 // lock on with a sharded message, so the waiters of two other clients get it in arrival order
-// with no try after the release.
+// with no try after the release. (The waiters' leases are no longer than a hand-over's offer, so
+// they take their grants without confirming them: fair.rs counts the confirmations.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fair_mode_hands_on_over_sharded_messages() {
     let cluster = RedisCluster::start(3, 0);
     let fair = LockOptions::lease(Duration::from_secs(10)).with_fair(true);
+    let waiter_fair = LockOptions::lease(Duration::from_secs(2)).with_fair(true);
     let node = cluster.master_of(&key("fair"));
     let holder = Client::connect(&cluster.url(1), opts()).await.unwrap().lock("fair", fair).unwrap();
     // Once free and released first, so the release script is cached on the node (a first
@@ -326,7 +328,7 @@ async fn fair_mode_hands_on_over_sharded_messages() {
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..2 {
-        let lock = Client::connect(&cluster.url(2), opts()).await.unwrap().lock("fair", fair).unwrap();
+        let lock = Client::connect(&cluster.url(2), opts()).await.unwrap().lock("fair", waiter_fair).unwrap();
         let order = order.clone();
         waiters.push(tokio::spawn(async move {
             let g = lock.acquire(Some(Duration::from_secs(10))).await.unwrap();

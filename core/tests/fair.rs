@@ -53,10 +53,18 @@ async fn queue_dead_waiter(
         .unwrap();
 }
 
-/// A holder, then `k` waiters (one client each) started one after another; returns the order in
-/// which they got the lock and the EVALSHA calls made from the holder's release on.
-async fn handoff_order(server: &RedisServer, name: &str, fair: bool, k: usize) -> (Vec<usize>, u64) {
+/// A holder, then `k` waiters (one client each, leases of `lease`) started one after another;
+/// returns the order in which they got the lock and the EVALSHA calls made from the holder's
+/// release on.
+async fn handoff_order(
+    server: &RedisServer,
+    name: &str,
+    fair: bool,
+    k: usize,
+    lease: Duration,
+) -> (Vec<usize>, u64) {
     let mut data = data_conn(server).await;
+    let opts = |fair| LockOptions::lease(lease).with_fair(fair);
     let holder = connect(server).await.lock(name, opts(fair)).unwrap();
     let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -87,20 +95,29 @@ async fn handoff_order(server: &RedisServer, name: &str, fair: bool, k: usize) -
 }
 
 // Waiters of different clients get the lock in arrival order, each from the previous holder's
-// release alone: the only scripts run after the first release are the releases.
+// release alone: the only scripts run after the first release are the releases (with leases no
+// longer than the hand-over's offer), or the releases and one extend per grant confirming the
+// offer (longer leases); never another try.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_granted_in_arrival_order_without_another_try() {
     let server = RedisServer::start();
-    let (order, calls) = handoff_order(&server, "fifo", true, 5).await;
+    let short = Duration::from_secs(2); // the offer (timing::GRANT_OFFER): nothing to confirm
+    let (order, calls) = handoff_order(&server, "fifo", true, 5, short).await;
     assert_eq!(order, vec![0, 1, 2, 3, 4], "grants out of arrival order");
     assert_eq!(calls, 6, "{calls} scripts for 6 releases: a waiter tried again");
     let mut data = data_conn(&server).await;
     assert_eq!(queue_len(&mut data, "fifo").await, 0);
     let left: bool = data.exists("ferrolock:{fifo}:waiters").await.unwrap();
     assert!(!left, "the waiter table outlived its waiters");
+    // The extend script cached first (a NOSCRIPT would count as one more EVALSHA).
+    let extend = redis::Script::new(include_str!("../scripts/extend.lua"));
+    let _: String = extend.prepare_invoke().load_async(&mut data).await.unwrap();
+    let (order, calls) = handoff_order(&server, "fifo-long", true, 5, LEASE).await;
+    assert_eq!(order, vec![0, 1, 2, 3, 4], "grants out of arrival order");
+    assert_eq!(calls, 11, "{calls} scripts for 6 releases and 5 confirmations: a waiter tried again");
 
     // Control: without fair mode every grant costs its waiter a try after the release.
-    let (_, calls) = handoff_order(&server, "nofifo", false, 5).await;
+    let (_, calls) = handoff_order(&server, "nofifo", false, 5, LEASE).await;
     assert!(calls >= 11, "control: {calls} scripts; the count above cannot tell the modes apart");
 }
 
@@ -486,6 +503,56 @@ async fn a_forced_unlock_keeps_the_queue_order() {
 async fn is_queued(conn: &mut redis::aio::MultiplexedConnection, name: &str, token: &[u8]) -> bool {
     let queue: Vec<Vec<u8>> = conn.lrange(format!("ferrolock:{{{name}}}:queue"), 0, -1).await.unwrap();
     queue.iter().any(|t| t == token)
+}
+
+// A waiter whose leave never reached the server (its acquire cancelled with the leave skipped,
+// as after a process that died, or a server that was paused or unreachable when it gave up)
+// keeps its queue entry, and the next release hands the lock to it. The live waiter behind it
+// must get the lock shortly after (the stale grant is only an offer its owner never confirms),
+// not after the stale grantee's whole lease; fences keep increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_queue_entry_holds_the_lock_only_briefly() {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let name = "stale-entry";
+    let holder = connect(&server).await.lock(name, opts(true)).unwrap();
+    let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+    let stale_lease = Duration::from_secs(12);
+    let stale = connect(&server).await.lock(name, LockOptions::lease(stale_lease).with_fair(true)).unwrap();
+    stale.skip_queue_leaves_for_tests(true);
+    let waiting = tokio::spawn({
+        let stale = stale.clone();
+        async move { stale.acquire(None).await }
+    });
+    until_queued(&mut data, name, 1).await;
+    waiting.abort(); // cancelled: its leave is skipped
+    let _ = waiting.await;
+    tokio::time::sleep(Duration::from_millis(200)).await; // a leave, had one been sent, is done
+    assert_eq!(queue_len(&mut data, name).await, 1, "the stale entry left the queue");
+    let stale_token: String = data.lindex(format!("ferrolock:{{{name}}}:queue"), 0).await.unwrap();
+
+    let live = connect(&server).await.lock(name, opts(true)).unwrap();
+    let w = tokio::spawn(async move { live.acquire(Some(Duration::from_secs(20))).await });
+    until_queued(&mut data, name, 2).await;
+    let t0 = Instant::now();
+    g.release().await.unwrap();
+    let (owner, stale_fence): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+        .arg(format!("ferrolock:{{{name}}}"))
+        .arg("owner")
+        .arg("fence")
+        .query_async(&mut data)
+        .await
+        .unwrap();
+    assert_eq!(owner.as_deref(), Some(stale_token.as_str()), "the stale entry was not handed the lock");
+    let got = w.await.unwrap().expect("the live waiter was not granted within its wait");
+    let waited = t0.elapsed();
+    assert!(
+        waited < Duration::from_secs(6),
+        "the live waiter got the lock {waited:?} after the release: the stale grant held it for \
+         its whole lease ({stale_lease:?})"
+    );
+    assert!(got.fence() > stale_fence.unwrap(), "the fence did not increase past the stale grant's");
+    got.release().await.unwrap();
 }
 
 // A fair re-entry (the handle counts a live hold) whose try finds its hold gone (force-unlocked,
