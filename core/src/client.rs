@@ -317,6 +317,30 @@ impl Client {
         let _ = on;
     }
 
+    /// Tests only: on a Redis Cluster client, hold (`true`) every sharded subscription and
+    /// repair after it has picked its node and before it connects and subscribes there, until
+    /// turned off again. No effect elsewhere.
+    #[doc(hidden)]
+    pub fn set_cluster_subscribe_pause_for_tests(&self, on: bool) {
+        #[cfg(feature = "cluster")]
+        if let Backend::Single { conn: Conn::Cluster(c), .. } = &self.inner.backend {
+            c.sub.set_pause(on);
+        }
+        #[cfg(not(feature = "cluster"))]
+        let _ = on;
+    }
+
+    /// Tests only: on a Redis Cluster client, how many sharded subscriptions are being repaired
+    /// now, and how many subscriptions wait at the pause above ((0, 0) elsewhere).
+    #[doc(hidden)]
+    pub fn cluster_repairs_for_tests(&self) -> (usize, usize) {
+        #[cfg(feature = "cluster")]
+        if let Backend::Single { conn: Conn::Cluster(c), .. } = &self.inner.backend {
+            return c.sub.repairs();
+        }
+        (0, 0)
+    }
+
     /// Tests only: pause each renewal round of this client by `delay` before it is sent, and
     /// (`settle: false`) let releases go without waiting for a renewal already on its way (the
     /// control of the "no renewal after release" test). No effect on other clients.

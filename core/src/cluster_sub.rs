@@ -64,6 +64,11 @@ pub(crate) struct ShardedSubs {
     next_id: AtomicU64,
     /// Test knob: when off, a lost subscription is not repaired (waiters fall back to the PTTL).
     repair: AtomicBool,
+    /// Test knob: while on, every (re)subscription waits after it has picked its node and
+    /// before it connects there (widens the window of a sweep's SUNSUBSCRIBE racing a repair).
+    pause: AtomicBool,
+    /// Subscriptions waiting at that pause now.
+    paused: std::sync::atomic::AtomicUsize,
     /// A check after a timed-out lock command is running ([`ShardedSubs::after_timeout`]), and
     /// when the last one started.
     checking: AtomicBool,
@@ -97,6 +102,8 @@ impl ShardedSubs {
             state: Mutex::new(State::default()),
             next_id: AtomicU64::new(0),
             repair: AtomicBool::new(true),
+            pause: AtomicBool::new(false),
+            paused: std::sync::atomic::AtomicUsize::new(0),
             checking: AtomicBool::new(false),
             last_check: Mutex::new(None),
         });
@@ -107,6 +114,16 @@ impl ShardedSubs {
     /// Test knob (see [`crate::Client::set_cluster_resubscription`]).
     pub fn set_repair(&self, on: bool) {
         self.repair.store(on, Ordering::Relaxed);
+    }
+
+    /// Test knob (see [`crate::Client::set_cluster_subscribe_pause_for_tests`]).
+    pub fn set_pause(&self, on: bool) {
+        self.pause.store(on, Ordering::Relaxed);
+    }
+
+    /// Tests only: repairs in progress, and subscriptions waiting at the test pause.
+    pub fn repairs(&self) -> (usize, usize) {
+        (lock(&self.state).repairing.len(), self.paused.load(Ordering::Relaxed))
     }
 
     /// `SSUBSCRIBE channel` on the master of its slot.
@@ -152,6 +169,13 @@ impl ShardedSubs {
                     None => return Ok(()), // unsubscribed meanwhile
                 }
             }
+            if self.pause.load(Ordering::Relaxed) {
+                self.paused.fetch_add(1, Ordering::Relaxed);
+                while self.pause.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                self.paused.fetch_sub(1, Ordering::Relaxed);
+            }
             let node = match self.node(&addr).await {
                 Ok(n) => n,
                 Err(e) => {
@@ -186,8 +210,24 @@ impl ShardedSubs {
                             last = client_error("sharded subscription: the node is not the slot's master");
                         }
                         // The master itself, or no answer: keep it (a wrong guess costs a wait
-                        // bounded by the holder's PTTL, never a grant).
-                        _ => return Ok(()),
+                        // bounded by the holder's PTTL, never a grant)...
+                        _ => {
+                            // ...if still wanted here. An unsubscribe (the sweep) between the
+                            // check above and this SSUBSCRIBE (while a repair connected or
+                            // waited for `ops`) sent its SUNSUBSCRIBE first, or nothing when
+                            // the node had no connection: undo it, still holding `ops`, or it
+                            // stays subscribed with nobody wanting it. An unsubscribe after
+                            // this check queues behind `ops`; a subscribe after it sends its
+                            // own SSUBSCRIBE after this one.
+                            if !lock(&self.state).wanted.get(channel).is_some_and(|a| *a == addr) {
+                                let r: RedisResult<Value> = redis::cmd("SUNSUBSCRIBE")
+                                    .arg(channel)
+                                    .query_async(&mut node.conn.clone())
+                                    .await;
+                                drop(r);
+                            }
+                            return Ok(());
+                        }
                     }
                     continue;
                 }

@@ -464,3 +464,71 @@ async fn a_hung_master_failed_over_is_left_for_its_heir() {
          a second lock of the holder's client {own_delay:?}"
     );
 }
+
+// A repair of a sharded subscription checks that the channel is still wanted, then connects to
+// the node and subscribes there. The sweep may unsubscribe the idle channel in between (here:
+// with the node's subscriber connection lost, there is nothing to send it on): the repair's
+// SSUBSCRIBE then lands after it and stays on the server with nobody wanting it (the notifier
+// has forgotten the channel), for the client's life. A test knob holds the repair in that window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_overtaken_by_the_sweep_leaves_no_subscription() {
+    let cluster = RedisCluster::start(3, 0);
+    let mut o = opts();
+    o.subscription_linger = Duration::from_millis(200);
+    let client = Client::connect(&cluster.url(1), o).await.expect("connect to the cluster");
+    let name = "repair-vs-sweep";
+    let channel = format!("{}:released", key(name));
+    let node = cluster.master_of(&key(name));
+    let shard_subs = |s: &RedisServer| -> i64 {
+        let v: Vec<redis::Value> = s.cmd(&["PUBSUB", "SHARDNUMSUB", &channel]);
+        match v.get(1) {
+            Some(redis::Value::Int(n)) => *n,
+            other => panic!("PUBSUB SHARDNUMSUB: {other:?}"),
+        }
+    };
+    let holder = Client::connect(&cluster.url(1), opts()).await.unwrap();
+    let guard = holder.lock(name, LockOptions::lease(Duration::from_secs(30))).unwrap().try_acquire().await;
+    let guard = guard.unwrap().expect("free");
+    let lock = client.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let waiter = tokio::spawn(async move { lock.acquire(Some(Duration::from_secs(60))).await.map(|_| ()) });
+    let start = Instant::now();
+    while shard_subs(node) != 1 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Lose the subscriber connection: the repair starts and waits at the knob, its node picked.
+    client.set_cluster_subscribe_pause_for_tests(true);
+    let list: String = node.cmd(&["CLIENT", "LIST"]);
+    let ids: Vec<&str> = list
+        .lines()
+        .filter(|l| l.contains(" ssub=") && !l.contains(" ssub=0 "))
+        .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("id=")))
+        .collect();
+    assert_eq!(ids.len(), 1, "{list}");
+    let _: redis::Value = node.cmd(&["CLIENT", "KILL", "ID", ids[0]]);
+    let start = Instant::now();
+    while client.cluster_repairs_for_tests() != (1, 1) {
+        assert!(start.elapsed() < Duration::from_secs(10), "no repair reached the pause");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The waiter leaves; the sweep unsubscribes the idle channel.
+    waiter.abort();
+    let _ = waiter.await;
+    let start = Instant::now();
+    while client.table_sizes_for_tests().0 != 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the sweep never took the channel back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The repair goes on.
+    client.set_cluster_subscribe_pause_for_tests(false);
+    let start = Instant::now();
+    while client.cluster_repairs_for_tests() != (0, 0) {
+        assert!(start.elapsed() < Duration::from_secs(10), "the repair never ended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(client.table_sizes_for_tests().0, 0);
+    for m in &cluster.nodes {
+        assert_eq!(shard_subs(m), 0, "a subscription nobody wants is left on {}", m.port());
+    }
+    guard.release().await.unwrap();
+}
