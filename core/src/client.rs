@@ -341,6 +341,25 @@ impl Client {
         (0, 0)
     }
 
+    /// Tests only: on a Sentinel client, hold (`true`) a master switch after it has listed the
+    /// release channels to subscribe on the new master and before it subscribes them, until
+    /// turned off again. No effect elsewhere.
+    #[doc(hidden)]
+    pub fn set_sentinel_switch_pause_for_tests(&self, on: bool) {
+        if let Backend::Single { conn: Conn::Sentinel(s), .. } = &self.inner.backend {
+            s.set_pause(on);
+        }
+    }
+
+    /// Tests only: a master switch of this Sentinel client waits at the pause above.
+    #[doc(hidden)]
+    pub fn sentinel_switch_paused_for_tests(&self) -> bool {
+        match &self.inner.backend {
+            Backend::Single { conn: Conn::Sentinel(s), .. } => s.paused(),
+            _ => false,
+        }
+    }
+
     /// Tests only: pause each renewal round of this client by `delay` before it is sent, and
     /// (`settle: false`) let releases go without waiting for a renewal already on its way (the
     /// control of the "no renewal after release" test). No effect on other clients.

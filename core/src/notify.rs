@@ -418,6 +418,13 @@ impl Notifier {
         Ok(sub)
     }
 
+    /// Holds this notifier's SUBSCRIBE/UNSUBSCRIBE decisions (the sweep's included) off while the
+    /// guard lives: a sentinel master switch subscribes every channel on the new master under it
+    /// (sentinel.rs), so that no channel is taken back meanwhile on the old one.
+    pub async fn hold_ops(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.ops.lock().await
+    }
+
     /// Whether `channel` is subscribed (waiters of this client listen on it, or did lately).
     pub fn is_subscribed(&self, channel: &[u8]) -> bool {
         lock(&self.channels).get(channel).is_some_and(|c| c.subscribed)

@@ -213,6 +213,10 @@ pub(crate) struct SentinelConn {
     /// Serialises lookups; the time of the last one.
     refresh: tokio::sync::Mutex<Option<Instant>>,
     refresh_queued: AtomicBool,
+    /// Test knob: while on, a master switch waits after listing the channels to resubscribe.
+    pause: AtomicBool,
+    /// A master switch waits at that pause now.
+    paused: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -250,6 +254,8 @@ impl SentinelConn {
             channels: Mutex::new(BTreeSet::new()),
             refresh: tokio::sync::Mutex::new(None),
             refresh_queued: AtomicBool::new(false),
+            pause: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
         });
         tokio::spawn(watch_switch(Arc::downgrade(&me)));
         Ok(me)
@@ -263,6 +269,15 @@ impl SentinelConn {
     pub fn master_addr(&self) -> String {
         let c = self.current.read().unwrap_or_else(|p| p.into_inner());
         format!("{}:{}", c.addr.0, c.addr.1)
+    }
+
+    /// Test knob (see [`crate::Client::set_sentinel_switch_pause_for_tests`]).
+    pub fn set_pause(&self, on: bool) {
+        self.pause.store(on, Ordering::Relaxed);
+    }
+
+    pub fn paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
     }
 
     pub fn db(&self) -> i64 {
@@ -360,19 +375,26 @@ impl SentinelConn {
                 }
             }
         };
+        // Every channel subscribed through this connection is subscribed on the new master before
+        // it is put in use, with the notifier's subscription decisions held off until then: a
+        // channel the sweep took back meanwhile would get its UNSUBSCRIBE on the old master and
+        // stay subscribed here with nobody wanting it, and one subscribed meanwhile would go to
+        // the old master only. (`channels` changes only under that hold: notify.rs.)
+        let ops = notifier.hold_ops().await;
         let channels: Vec<Vec<u8>> = lock(&self.channels).iter().cloned().collect();
+        if self.pause.load(Ordering::Relaxed) {
+            self.paused.store(true, Ordering::Relaxed);
+            while self.pause.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            self.paused.store(false, Ordering::Relaxed);
+        }
         for ch in &channels {
             let _ = manager.clone().subscribe(ch).await;
         }
         tracing::info!("ferrolock: sentinel: master {} is now {}:{}", self.cfg.master, addr.0, addr.1);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Current { manager: manager.clone(), addr };
-        // A channel subscribed meanwhile went to the old master: subscribe it here too, before
-        // the waiters are told to try again.
-        let late: Vec<Vec<u8>> =
-            lock(&self.channels).iter().filter(|c| !channels.contains(c)).cloned().collect();
-        for ch in late {
-            let _ = manager.clone().subscribe(&ch).await;
-        }
+        drop(ops);
         // Waiters try again on the new master (and re-read the holder's lease there).
         notifier.on_push(PushInfo { kind: PushKind::Disconnection, data: Vec::new() });
     }
