@@ -219,7 +219,7 @@ impl ShardedSubs {
                             // stays subscribed with nobody wanting it. An unsubscribe after
                             // this check queues behind `ops`; a subscribe after it sends its
                             // own SSUBSCRIBE after this one.
-                            if !lock(&self.state).wanted.get(channel).is_some_and(|a| *a == addr) {
+                            if lock(&self.state).wanted.get(channel).is_none_or(|a| *a != addr) {
                                 let r: RedisResult<Value> = redis::cmd("SUNSUBSCRIBE")
                                     .arg(channel)
                                     .query_async(&mut node.conn.clone())
