@@ -347,15 +347,21 @@ impl Lock {
                         let _op = self.op_until(deadline).await?;
                         let ttl = self.inner.ttl;
                         // The hand-over gave this token the lease of its queue entry: an offer
-                        // shorter than its own lease, which only the confirmation below turns
-                        // into that lease (docs/PROTOCOL.md, "Taking a handed-on grant").
+                        // shorter than its own lease, which only a confirmation (an owner-checked
+                        // extend) turns into that lease (docs/PROTOCOL.md, "Taking a handed-on
+                        // grant"). Until then the hold's deadline is the offer's.
                         let offer = timing::grant_offer(ttl);
                         let mut deadline = timing::deadline(&c.inner.opts, t, offer);
-                        if (offer < ttl || deadline < Instant::now() + ttl * 2 / 3) && self.live_count() == 0
+                        // An offer with most of it left is taken now and confirmed by the
+                        // watchdog right after (`Watchdog::confirm`), off the hand-over's path.
+                        let confirm_later = offer < ttl && deadline >= Instant::now() + offer / 2;
+                        if !confirm_later
+                            && (offer < ttl || deadline < Instant::now() + ttl * 2 / 3)
+                            && self.live_count() == 0
                         {
-                            // An offer, or queued long since the last "held" try (that bound
-                            // leaves less than the watchdog's first renewal needs): restart the
-                            // lease.
+                            // An offer mostly used up, or queued long since the last "held" try
+                            // (that bound leaves less than the watchdog's first renewal needs):
+                            // restart the lease before taking the grant.
                             match self.confirm_grant(conn).await {
                                 Confirmed::Until(d) => deadline = d,
                                 Confirmed::NotHeld => break 'held None, // try again
@@ -368,7 +374,11 @@ impl Lock {
                         if deadline > Instant::now() && self.live_count() == 0 {
                             s.granted();
                             queued.armed = false;
-                            return Ok(self.granted(fence, 1, deadline));
+                            let g = self.granted(fence, 1, deadline);
+                            if confirm_later {
+                                c.inner.watchdog.confirm(&g.hold);
+                            }
+                            return Ok(g);
                         }
                         // Validity used up while queued (or a hold appeared meanwhile): the
                         // next try finds this token holding and settles the count.

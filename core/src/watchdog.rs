@@ -32,6 +32,9 @@ struct Entry {
     /// No renewal is sent from this instant on (a hold whose release failed: see
     /// [`Watchdog::register_for_retry`]); the lease then runs out unless a retry comes first.
     renew_until: Option<Instant>,
+    /// Renew once even if the hold does not renew (a fair hand-over's offer turned into the
+    /// hold's lease: [`Watchdog::confirm`]); cleared by a renewal that counts.
+    confirm: bool,
 }
 
 struct Shared {
@@ -149,7 +152,8 @@ impl Watchdog {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let next_due = Instant::now() + hold.ttl() / 3;
         let hold_ref = Arc::downgrade(hold);
-        let entry = Entry { hold: hold_ref, key, token, next_due, in_flight: false, renew_until };
+        let entry =
+            Entry { hold: hold_ref, key, token, next_due, in_flight: false, renew_until, confirm: false };
         // Read under `entries`, which the tick that wrote `planned` held: either that tick saw
         // this entry, or `planned` is what the scheduler sleeps until now.
         let sooner = {
@@ -190,6 +194,19 @@ impl Watchdog {
         if sooner {
             self.shared.wake.notify_one();
         }
+    }
+
+    /// `hold` was taken from a fair hand-over's offer (a lease shorter than its own): renew it
+    /// to its lease at once, whether or not it renews (the owner-checked extend of
+    /// docs/PROTOCOL.md, "Taking a handed-on grant"), off the acquire's path. Until that
+    /// renewal counts, the hold's deadline is the offer's; a refusal reports it lost.
+    pub fn confirm(&self, hold: &Hold) {
+        let Some(id) = hold.watchdog_id() else { return };
+        if let Some(e) = self.shared.entries().get_mut(&id) {
+            e.confirm = true;
+            e.next_due = Instant::now();
+        }
+        self.shared.wake.notify_one();
     }
 
     /// Before an extend or re-entry of `hold` is sent (either sets the server's lease): no
@@ -356,7 +373,7 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
             return false; // state() marks a passed deadline as lost
         }
         next = next.min(hold.deadline());
-        let renewing = hold.renew
+        let renewing = (hold.renew || e.confirm)
             && e.renew_until.is_none_or(|until| now < until)
             && !hold.changing.load(Ordering::Acquire);
         if renewing && !e.in_flight {
@@ -434,6 +451,9 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
                     // with that lease at once, not on this renewal's schedule.
                     let counted = d.hold.renewed(timing::deadline(&opts, t_send, d.ttl), d.lease_gen);
                     e.next_due = if counted { t_send + d.ttl / 3 } else { now };
+                    // Not counted: an extend or re-entry set the lease meanwhile (as the
+                    // confirmation would have).
+                    e.confirm = false;
                 }
                 Outcome::Renewed => {}
                 Outcome::Refused => {

@@ -555,6 +555,46 @@ async fn a_stale_queue_entry_holds_the_lock_only_briefly() {
     got.release().await.unwrap();
 }
 
+// A hand-over's offer (2 s, shorter than the waiter's 10 s lease) is confirmed right after the
+// acquire returns, by the watchdog, not before: the hand-over costs no round trip. Here the
+// watchdog's rounds are held back 300 ms, so the acquire returns with the offer still in force on
+// the server (a confirmation on the acquire's path would have set 10 s by then), and the lease
+// becomes 10 s shortly after. A confirmation refused (an outsider deleted the grant first)
+// reports the hold lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_on_offer_is_confirmed_after_the_acquire_returns() {
+    let server = RedisServer::start();
+    for (name, outsider) in [("offer-confirmed", false), ("offer-refused", true)] {
+        let holder = connect(&server).await.lock(name, opts(true)).unwrap();
+        let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+        let waiter_client = connect(&server).await;
+        waiter_client.set_watchdog_test_knobs(Duration::from_millis(300), true);
+        let waiter = waiter_client.lock(name, opts(true)).unwrap();
+        let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(10))).await });
+        let mut data = data_conn(&server).await;
+        until_queued(&mut data, name, 1).await;
+        g.release().await.unwrap();
+        let got = w.await.unwrap().unwrap();
+        let key = format!("ferrolock:{{{name}}}");
+        let pttl: i64 = server.cmd(&["PTTL", &key]);
+        assert!((0..=2000).contains(&pttl), "{name}: PTTL {pttl} ms when the acquire returned");
+        assert!(got.remaining() <= Duration::from_secs(2), "{name}: {:?}", got.remaining());
+        if outsider {
+            let _: () = server.cmd(&["DEL", &key]);
+            tokio::time::timeout(Duration::from_secs(3), got.lost()).await.expect("loss not reported");
+            continue;
+        }
+        let t0 = Instant::now();
+        while server.cmd::<i64>(&["PTTL", &key]) <= 2000 {
+            assert!(t0.elapsed() < Duration::from_secs(3), "the offer was never confirmed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(got.state(), LockState::Held);
+        assert!(got.remaining() > Duration::from_secs(5), "confirmed, yet {:?} left", got.remaining());
+        got.release().await.unwrap();
+    }
+}
+
 // A fair re-entry (the handle counts a live hold) whose try finds its hold gone (force-unlocked,
 // then taken by another owner) goes on as a fresh acquire: it joins the queue then, so a waiter
 // that came after it does not get the lock first (it used to wait unqueued for the rest of its
