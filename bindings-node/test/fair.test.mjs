@@ -31,13 +31,15 @@ after(async () => {
   await server?.stop();
 });
 
+// Leases of 2 s: a longer one is handed over as a 2 s offer that the new holder's watchdog
+// confirms with one more script call.
 async function handoff(name, fair, k = 4) {
-  const holder = (await connect()).lock(name, { ttl: 10000, fair });
+  const holder = (await connect()).lock(name, { ttl: 2000, fair });
   const held = await holder.acquire();
   const order = [];
   const waiting = [];
   for (let i = 0; i < k; i++) {
-    const lock = (await connect()).lock(name, { ttl: 10000, fair });
+    const lock = (await connect()).lock(name, { ttl: 2000, fair });
     waiting.push((async () => {
       const h = await lock.acquire({ wait: 20000 });
       order.push(i);

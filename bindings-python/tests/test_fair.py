@@ -29,13 +29,14 @@ def evalsha_calls(redis: RedisServer) -> int:
 
 def handoff(redis: RedisServer, name: str, fair: bool, k: int = 4) -> Tuple[List[int], int]:
     """A holder, then ``k`` waiting threads started one after another; their order of grants and
-    the EVALSHA calls from the holder's release on."""
-    holder = ferrolock.Client.connect(redis.url).lock(name, ttl=10, fair=fair)
+    the EVALSHA calls from the holder's release on. Leases of 2 s: a longer one is handed over as
+    a 2 s offer that the new holder's watchdog confirms with one more script call."""
+    holder = ferrolock.Client.connect(redis.url).lock(name, ttl=2, fair=fair)
     held = holder.acquire(wait=0)
     order: List[int] = []
     threads = []
     for i in range(k):
-        lock = ferrolock.Client.connect(redis.url).lock(name, ttl=10, fair=fair)
+        lock = ferrolock.Client.connect(redis.url).lock(name, ttl=2, fair=fair)
 
         def work(i: int = i, lock: ferrolock.Lock = lock) -> None:
             with lock.acquire(wait=20):
