@@ -544,3 +544,70 @@ fn b_core_idle_channels_are_unsubscribed_together() {
     }
     assert!(steps <= 2, "{N} idle channels went in {steps} steps");
 }
+
+/// Redlock fencing across a write-back lost with its connection. Three masters; the counter of
+/// `s2` is ahead (20 s past the clock: a grant made there moments earlier by a client whose floor
+/// ran ahead). B's round is under way: `s0` has granted B, its requests to `s1` (600 ms each
+/// way) and `s2` (no answer) are still out. A's round then gets `s1` (its floor) and `s2` (that
+/// counter plus one, T), so T is written back; `s0` (held by B) confirms the write-back, but
+/// A's link to `s1` breaks just as its write-back goes out. A's grant returns T, A releases, and
+/// only then does B's request reach `s1`, whose counter is still A's floor there: B is granted
+/// `{s0, s1}` strictly after A's release, and its token must be larger than T. `cut` = false is
+/// the control (the write-back reaches `s1`). Returns `(A's token, B's token)`.
+fn redlock_tokens_across_a_write_back_lost_with_its_link(cut: bool) -> (u64, u64) {
+    use ferrolock_chaos::proxy::DelayProxy;
+    let servers = ferrolock_testkit::start_many(3);
+    let name = "wb";
+    let t: Vec<String> = servers[2].cmd(&["TIME"]);
+    let ahead = t[0].parse::<u64>().unwrap() * 1_000_000 + t[1].parse::<u64>().unwrap() + 20_000_000;
+    let _: () = servers[2].cmd(&["SET", &format!("ferrolock:{{{name}}}:fence"), &ahead.to_string()]);
+    let up = |s: &RedisServer| format!("127.0.0.1:{}", s.port());
+    let connect = |urls: Vec<String>| {
+        let mut o = ClientOptions::default();
+        o.redlock_node_timeout = Duration::from_secs(3);
+        o.connect_timeout = Duration::from_millis(500);
+        blocking::Client::connect_redlock(&urls, o).expect("connect_redlock")
+    };
+    let (b1, b2) = (DelayProxy::start(up(&servers[1])).unwrap(), DelayProxy::start(up(&servers[2])).unwrap());
+    let b = connect(vec![servers[0].url(), b1.url(), b2.url()]);
+    let a1 = DelayProxy::start(up(&servers[1])).unwrap();
+    let a = connect(vec![servers[0].url(), a1.url(), servers[2].url()]);
+    let lease = LockOptions::lease(Duration::from_secs(10));
+    let (lock_a, lock_b) = (a.lock(name, lease).unwrap(), b.lock(name, lease).unwrap());
+    b1.set_delay(Duration::from_millis(600));
+    b2.set_blackhole(true);
+    let b_round = std::thread::spawn(move || {
+        let g = lock_b.acquire(Some(Duration::from_secs(10))).expect("B's acquire");
+        (g.fence(), g)
+    });
+    // B's request has reached s0 (direct) and waits for s1 and s2.
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(hold_on(&servers[0], name).map(|h| h.1), Some(1), "B holds s0");
+    if cut {
+        let raise = redis::Script::new(include_str!("../../core/scripts/raise_fence.lua"));
+        a1.cut_when_sent(raise.get_hash().as_bytes());
+    }
+    let g = lock_a.acquire(Some(Duration::from_millis(400))).expect("A's acquire");
+    let fence_a = g.fence();
+    assert_eq!(fence_a, ahead + 1, "A's token is s2's counter + 1");
+    assert!(!a1.cut_pending(), "the link to s1 broke as the write-back went out");
+    std::thread::sleep(Duration::from_millis(50)); // the link to s1 is reconnected
+    g.release().expect("A's release");
+    assert!(hold_on(&servers[1], name).is_none(), "A's release reached s1 before B's request");
+    let (fence_b, gb) = b_round.join().unwrap();
+    b2.set_blackhole(false);
+    gb.release().expect("B's release");
+    (fence_a, fence_b)
+}
+
+#[test]
+fn control_redlock_tokens_increase_after_a_write_back() {
+    let (a, b) = redlock_tokens_across_a_write_back_lost_with_its_link(false);
+    assert!(b > a, "B was granted after A's release: {b} > {a}");
+}
+
+#[test]
+fn b_core_redlock_tokens_increase_after_a_write_back_lost_with_its_link() {
+    let (a, b) = redlock_tokens_across_a_write_back_lost_with_its_link(true);
+    assert!(b > a, "B was granted after A's release: {b} > {a}");
+}

@@ -59,6 +59,11 @@ pub(crate) struct Lane {
     /// Whether an acquire of this handle may have reached the master since its last confirmed
     /// full release: only such masters need a release (the others cannot hold this token).
     touched: Arc<Touch>,
+    /// The token of the handle's hold when this master granted it a lower fence and no
+    /// write-back of the token was confirmed there (0: none): the full release raises the
+    /// master's counter to it first, in the same lane slot, so that whoever is granted there
+    /// after this hold is gone gets a larger token (docs/REDLOCK.md, "Fencing over the quorum").
+    owed: AtomicU64,
 }
 
 impl Lane {
@@ -728,10 +733,11 @@ impl Quorum {
                 None => top,
             };
             let at_top = granted.iter().filter(|&&(_, f)| f == top).count();
+            let mut confirmed = vec![false; n];
             let written = current.is_some() || at_top >= self.quorum || {
                 let skip: Vec<usize> = granted.iter().filter(|&&(_, f)| f == top).map(|&(i, _)| i).collect();
                 let won: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
-                self.raise_fence(lock, top, &skip, &won, self.quorum - at_top).await
+                self.raise_fence(lock, top, &skip, &won, self.quorum - at_top, &mut confirmed).await
             };
             let deadline = timing::deadline(&self.opts, t_send, lease);
             if !written || deadline <= Instant::now() {
@@ -743,6 +749,16 @@ impl Quorum {
                     ));
                 }
                 return Ok(Round::Expired);
+            }
+            if current.is_none() {
+                // A master that granted a lower fence and has no confirmed write-back of T gets
+                // it from the release, before the hold is deleted there: the write-back itself
+                // may still be unsent (another task) or lost with its connection, and a later
+                // grant there would otherwise come from a counter below T.
+                for (i, lane) in inner.lanes.iter().enumerate() {
+                    let owed = granted.iter().any(|&(j, f)| j == i && f < top) && !confirmed[i];
+                    lane.owed.store(if owed { top } else { 0 }, Ordering::Release);
+                }
             }
             let _ = verdict_tx.send(Verdict::Keep);
             return Ok(Round::Granted(lock.granted(fence, prior + 1, deadline)));
@@ -783,11 +799,13 @@ impl Quorum {
         let _ = tokio::time::timeout(self.timeout() * 2, all).await;
     }
 
-    /// Raise the fence floor to `top` on the masters not in `skip` until `need` confirm.
+    /// Raise the fence floor to `top` on the masters not in `skip` until `need` confirm; the
+    /// masters that confirmed by then are marked in `confirmed`.
     ///
-    /// Masters that granted this round get the write-back even if they lag (cleanup admission):
-    /// it is queued on their connection before this owner's later release, so whoever is granted
-    /// there next finds the counter at `top` already.
+    /// Masters that granted this round get the write-back even if they lag (cleanup admission).
+    /// It is not ordered before this owner's later release there (it may not even be sent when
+    /// this returns, or be lost with its connection): a granted master that did not confirm gets
+    /// `top` again from that release, before the hold is deleted (`Lane::owed`).
     async fn raise_fence(
         &self,
         lock: &Lock,
@@ -795,6 +813,7 @@ impl Quorum {
         skip: &[usize],
         granted: &[usize],
         need: usize,
+        confirmed: &mut [bool],
     ) -> bool {
         let inner = &lock.inner;
         let fence = top.to_string();
@@ -817,7 +836,10 @@ impl Quorum {
         let (mut ok, mut failed) = (0, 0);
         while let Some((i, r)) = round.next().await {
             match r {
-                Reply::Ok(true) => ok += 1,
+                Reply::Ok(true) => {
+                    ok += 1;
+                    confirmed[i] = true;
+                }
                 _ if skip.contains(&i) => {}
                 _ => failed += 1,
             }
@@ -953,6 +975,19 @@ impl Quorum {
             let mut inv = scripts::RELEASE.key(&inner.keys.hold);
             inv.arg(&*inner.token).arg(&inner.keys.channel).arg(target);
             let eval = release_eval(&inner.keys.hold, &inner.token, &inner.keys.channel, target);
+            // The hold's token, owed to this master (`Lane::owed`): raised there before the hold
+            // is deleted, in this slot; the release is not sent unless the raise answered.
+            let owed = match inner.lanes[i].owed.load(Ordering::Acquire) {
+                0 => None,
+                _ if target > 0 => None,
+                t => Some(raise_eval(
+                    &inner.keys.hold,
+                    &inner.keys.fence,
+                    &inner.token,
+                    t,
+                    timing::millis(self.opts.fence_retention),
+                )),
+            };
             let fence_key = inner.keys.fence.clone();
             let node = self.nodes[i].clone();
             let touched = inner.lanes[i].touched.clone();
@@ -967,6 +1002,9 @@ impl Quorum {
                     // nothing of this hold can be there.
                     if touched.released_since_sent() {
                         return Ok(None);
+                    }
+                    if let Some(raise) = owed {
+                        raise.query_async::<Value>(&mut conn).await?;
                     }
                     touched.released(generation);
                 }
@@ -1372,6 +1410,20 @@ fn fence_floor() -> String {
 fn release_eval(hold: &[u8], token: &str, channel: &[u8], target: u32) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(scripts::RELEASE_SOURCE).arg(1).arg(hold).arg(token).arg(channel).arg(target);
+    cmd
+}
+
+/// `raise_fence.lua` as `EVAL`: the write-back of `fence` that a full release sends first where
+/// it is owed (`Lane::owed`).
+fn raise_eval(hold: &[u8], fence_key: &[u8], token: &str, fence: u64, retention_ms: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(scripts::RAISE_FENCE_SOURCE)
+        .arg(2)
+        .arg(hold)
+        .arg(fence_key)
+        .arg(token)
+        .arg(fence.to_string())
+        .arg(retention_ms);
     cmd
 }
 

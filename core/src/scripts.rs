@@ -17,8 +17,9 @@ pub(crate) static FORCE_UNLOCK: LazyLock<redis::Script> =
 pub(crate) static INSPECT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../scripts/inspect.lua")));
 
+pub(crate) const RAISE_FENCE_SOURCE: &str = include_str!("../scripts/raise_fence.lua");
 pub(crate) static RAISE_FENCE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../scripts/raise_fence.lua")));
+    LazyLock::new(|| redis::Script::new(RAISE_FENCE_SOURCE));
 
 /// Every script, for naming the command on a script line in error messages.
 fn all() -> [&'static redis::Script; 6] {
@@ -32,7 +33,7 @@ fn source_of(sha: &str) -> Option<&'static str> {
         include_str!("../scripts/extend.lua"),
         include_str!("../scripts/force_unlock.lua"),
         include_str!("../scripts/inspect.lua"),
-        include_str!("../scripts/raise_fence.lua"),
+        RAISE_FENCE_SOURCE,
     ];
     all().iter().position(|s| s.get_hash() == sha).map(|i| SOURCES[i])
 }
