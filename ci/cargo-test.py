@@ -24,6 +24,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 TIMEOUT_S = 900  # one binary; a hung test otherwise holds CI until its 90-minute limit
+RUNNING = set()  # test binaries running now (each leads its own process group)
+RUNNING_LOCK = threading.Lock()
+
+
+def stop_all(signum, _frame):
+    """Stopped (SIGTERM, Ctrl-C): stop every running binary's group, with its servers, by pgid."""
+    with RUNNING_LOCK:
+        for pid in RUNNING:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    os._exit(128 + signum)
 
 
 def build():
@@ -59,6 +72,8 @@ def run_one(label, argv, cwd, env, extra):
     start = time.monotonic()
     with subprocess.Popen(argv + extra, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, errors="replace", start_new_session=True) as p:
+        with RUNNING_LOCK:
+            RUNNING.add(p.pid)
         timer = threading.Timer(TIMEOUT_S, lambda: os.killpg(p.pid, signal.SIGKILL))
         timer.start()
         try:
@@ -66,6 +81,8 @@ def run_one(label, argv, cwd, env, extra):
             rc = p.wait()
         finally:
             timer.cancel()
+            with RUNNING_LOCK:
+                RUNNING.discard(p.pid)
     took = time.monotonic() - start
     if rc == -signal.SIGKILL and took >= TIMEOUT_S:
         text += f"\ncargo-test: killed after {TIMEOUT_S}s\n"
@@ -77,6 +94,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("FERROLOCK_TEST_JOBS", "2")))
     ap.add_argument("extra", nargs="*", help="arguments for every test binary (after --)")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGINT, stop_all)
     t0 = time.monotonic()
     runs = build()
     print(f"cargo-test: {len(runs)} test binaries + doc tests, {args.jobs} at a time", flush=True)
