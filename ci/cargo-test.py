@@ -10,7 +10,7 @@ binaries do not share state. Output is shown per binary when it ends, failures a
 
     python3 ci/cargo-test.py [--jobs N] [cargo test args after --, e.g. -- --include-ignored]
 
---jobs defaults to FERROLOCK_TEST_JOBS or 2. Doc tests run as one more job (`cargo test --doc`).
+--jobs defaults to FERROLOCK_TEST_JOBS or 1 (CI); 2 halves the time. Doc tests run as one more job (`cargo test --doc`).
 """
 
 import argparse
@@ -91,7 +91,7 @@ def run_one(label, argv, cwd, env, extra):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=int(os.environ.get("FERROLOCK_TEST_JOBS", "2")))
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("FERROLOCK_TEST_JOBS", "1")))
     ap.add_argument("extra", nargs="*", help="arguments for every test binary (after --)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, stop_all)

@@ -10,7 +10,7 @@ step "cargo fmt --check"
 cargo fmt --all --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-step "cargo test (core, testkit, cli, examples, chaos): binaries two at a time"
+step "cargo test (core, testkit, cli, examples, chaos)"
 python3 ci/cargo-test.py
 for t in ci/test-*.sh; do
   [ -e "$t" ] || continue

@@ -440,9 +440,11 @@ async fn task(ctx: Arc<Ctx>, client: usize, idx: usize) {
         tokio::time::sleep(rng.ms(0, 10)).await;
     }
     if ctx.cfg.control && client == 0 && idx == 0 {
-        // Control: one renewing guard kept alive through the end checks.
+        // Control: one renewing guard kept alive through the end checks (1.5 s: renewed every
+        // 500 ms, so the 1.2 s window sees renewals, with room for a slow round on a loaded
+        // machine before its local deadline; 600 ms was lost there once).
         let lock =
-            ctx.clients[0].lock("leak", LockOptions::renewing(Duration::from_millis(600))).expect("lock");
+            ctx.clients[0].lock("leak", LockOptions::renewing(Duration::from_millis(1500))).expect("lock");
         let g = lock.acquire(Some(Duration::from_secs(2))).await.expect("leak acquire");
         w.leaked.lock().unwrap().push(Arc::new(g));
     }
