@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""`cargo test --workspace`, with the test binaries run side by side.
+"""`cargo test --workspace`, binary by binary, optionally side by side.
 
-cargo runs its test binaries one after the other. Ours spend most of their time waiting on
-timeouts, leases and stopped servers rather than computing, so a few at once finish the same work
-in well under half the wall time (CI has a 30-minute budget). Each binary runs as cargo would run
-it (its package directory as the working directory and CARGO_MANIFEST_DIR) and still
-runs its own tests on several threads; every test starts its own servers on free ports, so
-binaries do not share state. Output is shown per binary when it ends, failures again at the end.
+Each test binary runs as cargo would run it (its package directory as the working directory and
+CARGO_MANIFEST_DIR), in its own process group: a binary over its time bound, or the runner being
+stopped, stops it with its redis-servers. Output is shown per binary when it ends, failures again
+at the end, then the slowest binaries. Ours mostly wait on leases, timeouts and stopped servers,
+so two at a time halve the step; every test starts its own servers on free ports, so binaries do
+not share state, but a test needs margins for the load (CONTRIBUTING.md, "Keeping CI short").
 
     python3 ci/cargo-test.py [--jobs N] [cargo test args after --, e.g. -- --include-ignored]
 
---jobs defaults to FERROLOCK_TEST_JOBS or 1 (CI); 2 halves the time. Doc tests run as one more job (`cargo test --doc`).
+--jobs defaults to FERROLOCK_TEST_JOBS or 1 (what CI runs). Doc tests run as one more job.
 """
 
 import argparse
