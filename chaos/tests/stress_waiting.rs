@@ -980,15 +980,21 @@ fn stress_waiting_seeded() {
 
 #[test]
 fn controls_are_caught() {
-    let mut c = cfg(env("STRESS_SEED", 7), 6);
-    c.control = true;
-    c.faults = false;
-    let o = run(c);
-    report(&c, &o);
-    for kind in ["exclusion:", "wake:", "keys:", "renewals:", "watchdog:"] {
-        assert!(
-            o.violations.iter().any(|v| v.starts_with(kind)),
-            "the control's {kind} violation was not caught"
-        );
+    // The sabotage is timed against random work: in one run a control can miss its moment (no
+    // waiter sitting when the rogue deletes its hold, the leaked guard's renewal late). Each
+    // check must catch its control in one of three seeded runs; usually the first does.
+    let first = env("STRESS_SEED", 7);
+    let mut missing = vec!["exclusion:", "wake:", "keys:", "renewals:", "watchdog:"];
+    for seed in first..first + 3 {
+        let mut c = cfg(seed, 6);
+        c.control = true;
+        c.faults = false;
+        let o = run(c);
+        report(&c, &o);
+        missing.retain(|kind| !o.violations.iter().any(|v| v.starts_with(kind)));
+        if missing.is_empty() {
+            return;
+        }
     }
+    panic!("the controls' {missing:?} violations were not caught in three seeded runs");
 }

@@ -49,6 +49,16 @@ pub async fn idle_release_channels(
     held
 }
 
+/// Waits (at most 5 s) until `client`'s notifier and watchdog tables are empty: the sweep's
+/// UNSUBSCRIBE replies are applied by their own tasks, after the server has run them.
+pub async fn tables_emptied(client: &Client) {
+    let t0 = Instant::now();
+    while client.table_sizes_for_tests() != (0, 0, 0) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "tables left: {:?}", client.table_sizes_for_tests());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The lock release channels `server` has subscribers for.
 pub fn release_channels(server: &RedisServer) -> Vec<String> {
     server.cmd(&["PUBSUB", "CHANNELS", "ferrolock:*"])
