@@ -48,8 +48,6 @@ pub(crate) struct LockInner {
     /// Fair mode: held by the acquire of this handle that may be queued (and by the undo of
     /// its place in the queue when it gives up), so one handle is queued once at a time.
     queue_turn: Arc<tokio::sync::Mutex<()>>,
-    /// Tests only ([`Lock::skip_queue_leaves_for_tests`]): leaving the queue sends nothing.
-    skip_queue_leaves: std::sync::atomic::AtomicBool,
 }
 
 enum Attempt {
@@ -111,7 +109,6 @@ impl Lock {
                 release_request: OnceLock::new(),
                 fair: opts.fair,
                 queue_turn: Arc::new(tokio::sync::Mutex::new(())),
-                skip_queue_leaves: Default::default(),
             }),
         })
     }
@@ -124,14 +121,6 @@ impl Lock {
     /// The lease of each grant.
     pub fn ttl(&self) -> Duration {
         self.inner.ttl
-    }
-
-    /// Tests only: while `skip` is true, a fair acquire of this handle that gives up leaves its
-    /// queue entry behind, as a process that died or a leave that never reached the server
-    /// would (the stale-entry tests of core/tests/fair.rs). No effect on other handles.
-    #[doc(hidden)]
-    pub fn skip_queue_leaves_for_tests(&self, skip: bool) {
-        self.inner.skip_queue_leaves.store(skip, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Acquire, waiting at most `wait` (`None`: without bound). Fails with
@@ -879,9 +868,6 @@ impl Lock {
     /// Fair mode: leave the queue; a grant made to this token meanwhile (which this handle never
     /// took) is released and handed on by the same script.
     async fn leave_queue(&self) {
-        if self.inner.skip_queue_leaves.load(std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
         let _op = self.inner.op.clone().lock_owned().await;
         if self.live_count() == 0 {
             let _ = self.send_release_level(Level { count: 0, fence: None }).await;

@@ -1260,7 +1260,13 @@ async fn an_unanswered_extend_to_a_shorter_lease_shortens_the_local_deadline() {
         tokio::time::sleep(Duration::from_millis(1000)).await; // the pause ends, the extends run
         if ttl < Duration::from_secs(10) {
             assert_ne!(g.state(), LockState::Held, "the masters' lease has run out");
-            assert!(servers.iter().all(|s| !holds(s, "unanswered")), "control: the short extend ran late");
+            // The short extend ran after the pause and its 400 ms ran out (a 10 s lease would
+            // still be there); on a loaded machine a little later than planned.
+            let t0 = Instant::now();
+            while servers.iter().any(|s| holds(s, "unanswered")) {
+                assert!(t0.elapsed() < Duration::from_secs(2), "control: the short extend did not run");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
         let _ = g.release().await;
     }
