@@ -36,21 +36,22 @@ async fn queue_dead_waiter(
     name: &str,
     token: &str,
     lease_ms: u64,
+    offer_ms: Option<u64>,
 ) {
     let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
-    let _: redis::Value = script
-        .key(format!("ferrolock:{{{name}}}"))
-        .key(format!("ferrolock:{{{name}}}:fence"))
+    let mut inv = script.key(format!("ferrolock:{{{name}}}"));
+    inv.key(format!("ferrolock:{{{name}}}:fence"))
         .key(format!("ferrolock:{{{name}}}:queue"))
         .key(format!("ferrolock:{{{name}}}:waiters"))
         .arg(token)
         .arg(lease_ms)
         .arg(60_000)
         .arg(10)
-        .arg(60_000)
-        .invoke_async(data)
-        .await
-        .unwrap();
+        .arg(60_000);
+    if let Some(offer) = offer_ms {
+        inv.arg("").arg("").arg(offer); // ARGV[8], as a current client sends it
+    }
+    let _: redis::Value = inv.invoke_async(data).await.unwrap();
 }
 
 /// A holder, then `k` waiters (one client each, leases of `lease`) started one after another;
@@ -199,7 +200,7 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
     // Control: a queued waiter that never leaves (a raw script call, as by a client that died)
     // is handed the lock, and the live waiter behind it does not get it within the same bound.
     let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
-    queue_dead_waiter(&mut data, "leave", "dead-token", 10_000).await;
+    queue_dead_waiter(&mut data, "leave", "dead-token", 10_000, None).await;
     let waiter = connect(&server).await.lock("leave", opts(true)).unwrap();
     let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(2))).await.map(|_| ()) });
     until_queued(&mut data, "leave", 2).await;
@@ -450,7 +451,7 @@ async fn waiters_behind_a_dead_grantee_try_when_its_lease_ends() {
     let holder = connect(&server).await.lock("dead", opts(true)).unwrap();
     let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
     let dead = "dead00000000000000000000000000ff";
-    queue_dead_waiter(&mut data, "dead", dead, 500).await;
+    queue_dead_waiter(&mut data, "dead", dead, 500, None).await;
     let waiter = connect(&server).await.lock("dead", opts(true)).unwrap();
     let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(5))).await });
     until_queued(&mut data, "dead", 2).await;
@@ -523,23 +524,7 @@ async fn a_stale_queue_entry_holds_the_lock_only_briefly() {
     // the client sends it). Made with a raw call: cancelling a live waiter can land while its
     // try is in flight, and that try's undo leaves the queue.
     let stale_token = "stale-token";
-    let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
-    let _: redis::Value = script
-        .key(format!("ferrolock:{{{name}}}"))
-        .key(format!("ferrolock:{{{name}}}:fence"))
-        .key(format!("ferrolock:{{{name}}}:queue"))
-        .key(format!("ferrolock:{{{name}}}:waiters"))
-        .arg(stale_token)
-        .arg(stale_lease.as_millis() as u64)
-        .arg(60_000)
-        .arg(10)
-        .arg(60_000)
-        .arg("")
-        .arg("")
-        .arg(2_000)
-        .invoke_async(&mut data)
-        .await
-        .unwrap();
+    queue_dead_waiter(&mut data, name, stale_token, stale_lease.as_millis() as u64, Some(2_000)).await;
     assert_eq!(queue_len(&mut data, name).await, 1, "the stale entry is not queued");
 
     let live = connect(&server).await.lock(name, opts(true)).unwrap();
