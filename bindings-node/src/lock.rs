@@ -1,6 +1,5 @@
 //! `Lock`: a handle on one named lock with its own owner token; `CancelToken` for abortable waits.
 
-use ferrolock::{Error, ErrorKind};
 use napi::Env;
 use napi::bindgen_prelude::{External, PromiseRaw};
 
@@ -67,12 +66,16 @@ impl Lock {
             };
             let r = match cancelled.as_mut() {
                 None => lock.acquire(wait).await,
-                Some(rx) => tokio::select! {
-                    r = lock.acquire(wait) => r,
-                    _ = rx.wait_for(|c| *c) => {
-                        Err(Error::new(ErrorKind::Cancelled, "the acquire was aborted"))
-                    }
-                },
+                // The core's cancellable acquire: an abort after failed attempts (a server that
+                // does not answer) quotes the last failure, as a wait that elapses does.
+                Some(rx) => {
+                    let aborted = async {
+                        if rx.wait_for(|c| *c).await.is_err() {
+                            std::future::pending::<()>().await; // token gone: never aborted
+                        }
+                    };
+                    lock.acquire_cancellable(wait, aborted).await
+                }
             };
             Reply(r.map(Held::new))
         })

@@ -278,6 +278,30 @@ describe('cancellation', () => {
     await h.release();
   });
 
+  test('an abort after failed attempts quotes the last failure, as an elapsed wait does', async () => {
+    // A server that stops answering: each attempt times out and is retried until the abort.
+    const own = await startRedis();
+    const c = await Client.connect(own.url, { responseTimeout: 200 });
+    try {
+      const lock = c.lock(fresh('abort-failing'), { ttl: 5000 });
+      process.kill(own.pid, 'SIGSTOP');
+      const ac = new AbortController();
+      const p = lock.acquire({ signal: ac.signal });
+      await sleep(700);
+      ac.abort(new Error('gave up'));
+      await assert.rejects(p, (err) => {
+        assert.equal(err.code, 'CANCELLED');
+        assert.match(err.message, /the last attempt failed: TIMEOUT/);
+        assert.equal(err.cause?.message, 'gave up');
+        return true;
+      });
+    } finally {
+      process.kill(own.pid, 'SIGCONT');
+      c.close();
+      await own.stop();
+    }
+  });
+
   test('an abort before the grant is seen rejects with CANCELLED, also when the grant raced it', async () => {
     // The waiter's signal aborts right after the holder's release reply: the waiter's grant may
     // be on its way or already made in the core, its promise not yet settled. Such an acquire
