@@ -17,7 +17,10 @@ The medians over the rounds are printed as a Markdown table. Wall time minus bot
 is what neither process spent on the CPU: wake-ups, the scheduler, the VM.
 
     python3 bench/py/account.py --port P [--rounds 3] [--short 1000] [--long 6000]
-        [--rust BIN] [--go BIN] [--python PY] [--node-dir DIR]
+        [--rust BIN] [--go BIN] [--python PY] [--node-dir DIR] [--python-ab LABEL=PY ...]
+
+``--python-ab`` (repeatable) adds a "Python (LABEL)" row run by another interpreter, e.g. a
+virtualenv with another build of the binding, for an A/B within the same interleaved rounds.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def main() -> None:
     p.add_argument("--go", default="")
     p.add_argument("--python", default="")
     p.add_argument("--node-dir", default="")
+    p.add_argument("--python-ab", action="append", default=[], metavar="LABEL=PY")
     a = p.parse_args()
     url = f"redis://127.0.0.1:{a.port}"
     env = dict(os.environ)
@@ -102,6 +106,10 @@ def main() -> None:
         drivers.append(("Go (cgo over the C API)", lambda n: [a.go, "w1", *w1(n)]))
     if a.python and Path(a.python).exists():
         drivers.append(("Python", lambda n: [a.python, str(HERE / "bench.py"), "w1", "--lib", "ferrolock", *w1(n)]))
+    for spec in a.python_ab:
+        label, _, py = spec.partition("=")
+        drivers.append((f"Python ({label})", lambda n, py=py: [py, str(HERE / "bench.py"), "w1", "--lib", "ferrolock",
+                                                                *w1(n)]))
     if a.node_dir and Path(a.node_dir).exists():
         env["FERROLOCK_NODE"] = str(Path(a.node_dir).resolve())
         drivers.append(("Node", lambda n: ["node", str(BENCH / "node" / "bench.mjs"), "w1", "--lib", "ferrolock",
