@@ -194,3 +194,11 @@ pub fn internal(py: Python<'_>, message: &str) -> PyErr {
 pub fn new(py: Python<'_>, kind: ErrorKind, message: &str) -> PyErr {
     to_py(py, ferrolock::Error::new(kind, message))
 }
+
+/// Whether `e` is a `LockError` of a transient kind (a retry later may succeed: the connection,
+/// a server timeout); anything else, `KeyboardInterrupt` included, is not.
+pub fn is_transient(py: Python<'_>, e: &PyErr) -> bool {
+    let Ok(t) = table(py) else { return false };
+    let value = e.value(py);
+    t.kinds.iter().any(|(k, ty)| k.is_transient() && value.is_instance(ty.bind(py)).unwrap_or(false))
+}

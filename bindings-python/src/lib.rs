@@ -2,11 +2,12 @@
 //!
 //! A thin translation layer over the core crate: argument conversion, error mapping, and the
 //! plumbing that lets Python wait on the core (GIL released for sync calls, asyncio futures for
-//! async ones). The Pythonic API (context managers, per-thread and per-task owners, the
-//! decorator) is `python/ferrolock/`.
+//! async ones), and the sync per-thread owners with `Held` (the hot path, `held.rs`). The rest of
+//! the Pythonic API (`Lock`, the asyncio owners per task, the decorator) is `python/ferrolock/`.
 
 mod convert;
 mod errors;
+mod held;
 mod logging;
 mod native;
 mod runtime;
@@ -21,6 +22,8 @@ fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native::NativeLock>()?;
     m.add_class::<native::NativeGuard>()?;
     m.add_class::<native::NativeLockInfo>()?;
+    m.add_class::<held::NativeOwner>()?;
+    m.add_class::<held::Held>()?;
     m.add_function(wrap_pyfunction!(native::connect, m)?)?;
     m.add_function(wrap_pyfunction!(native::connect_async, m)?)?;
     m.add_function(wrap_pyfunction!(native::connect_redlock, m)?)?;

@@ -1,5 +1,6 @@
-//! The native classes behind `ferrolock.Client` / `Lock` / `Held`: one core object each, every
-//! call a direct translation. Owner semantics (per thread, per task) live in the Python layer.
+//! The native classes behind `ferrolock.Client` / `Lock` / `AsyncHeld`: one core object each,
+//! every call a direct translation. The sync owners and `Held` are in `held.rs`; the asyncio
+//! owners (per task) live in the Python layer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -230,6 +231,13 @@ pub struct NativeLock {
     inner: ProcessLocal<Lock>,
 }
 
+impl NativeLock {
+    /// The core handle (a clone shares its owner token), unless made before `fork()`.
+    pub(crate) fn core(&self, py: Python<'_>) -> PyResult<&Lock> {
+        self.inner.get(py)
+    }
+}
+
 /// A grant of an awaitable acquire, on its way to the event loop: released if it never gets
 /// there (see [`NativeGuard::delivered`]).
 fn guard_to_py(py: Python<'_>, g: Guard) -> PyResult<Py<PyAny>> {
@@ -346,7 +354,7 @@ pub struct NativeGuard {
 }
 
 impl NativeGuard {
-    fn new(g: Guard) -> Self {
+    pub(crate) fn new(g: Guard) -> Self {
         NativeGuard {
             inner: ProcessLocal::new(Arc::new(g)),
             lost_callbacks: std::sync::Mutex::new(Vec::new()),
@@ -364,6 +372,20 @@ impl NativeGuard {
     fn take_lost_callbacks(&self) -> Vec<Py<PyAny>> {
         let Some(mut slots) = try_lock(&self.lost_callbacks) else { return Vec::new() };
         std::mem::take(&mut *slots).iter().filter_map(|s| try_lock(s).and_then(|mut cb| cb.take())).collect()
+    }
+
+    /// Visit the `on_lost` callables (GC support, for this guard and for a `Held` around one).
+    pub(crate) fn visit_callbacks(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Only tried: a slot locked now is being emptied (a reference not visited only keeps
+        // its object alive until a later collection).
+        if let Some(slots) = try_lock(&self.lost_callbacks) {
+            for slot in slots.iter() {
+                if let Some(cb) = try_lock(slot) {
+                    visit.call(cb.as_ref())?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Release in the background a grant whose acquire call was cancelled as it completed.
@@ -385,7 +407,7 @@ impl NativeGuard {
     }
 
     /// Release this level (at depth 0 the lock is deleted and waiters are woken).
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
+    pub(crate) fn release(&self, py: Python<'_>) -> PyResult<()> {
         let g = self.inner.get(py)?.clone();
         // A signal that interrupts the caller drops this future: the core finishes the release
         // in the background.
@@ -407,7 +429,7 @@ impl NativeGuard {
     }
 
     /// Extend the lease to `ttl` from now (owner-checked).
-    fn extend(&self, py: Python<'_>, ttl: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(crate) fn extend(&self, py: Python<'_>, ttl: &Bound<'_, PyAny>) -> PyResult<()> {
         let ttl = convert::duration(ttl, "ttl")?;
         let g = self.inner.get(py)?.clone();
         wait(py, async move { g.extend(ttl).await })
@@ -422,37 +444,37 @@ impl NativeGuard {
 
     /// The fencing token.
     #[getter]
-    fn fence(&self, py: Python<'_>) -> PyResult<u64> {
+    pub(crate) fn fence(&self, py: Python<'_>) -> PyResult<u64> {
         Ok(self.inner.get(py)?.fence())
     }
 
     /// The reentrancy depth of the owner's hold (0 once lost or released).
     #[getter]
-    fn count(&self, py: Python<'_>) -> PyResult<u32> {
+    pub(crate) fn count(&self, py: Python<'_>) -> PyResult<u32> {
         Ok(self.inner.get(py)?.count())
     }
 
     /// Seconds left until the local deadline (0 once lost or released).
-    fn remaining(&self, py: Python<'_>) -> PyResult<f64> {
+    pub(crate) fn remaining(&self, py: Python<'_>) -> PyResult<f64> {
         Ok(self.inner.get(py)?.remaining().as_secs_f64())
     }
 
     /// Raise `LostError` unless still held with more than `margin` of validity left.
     #[pyo3(signature = (margin = None))]
-    fn ensure(&self, py: Python<'_>, margin: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    pub(crate) fn ensure(&self, py: Python<'_>, margin: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let margin = convert::opt_duration(margin, "margin")?.unwrap_or(Duration::ZERO);
         self.inner.get(py)?.ensure(margin).map_err(|e| errors::to_py(py, e))
     }
 
     /// `"held"`, `"in_doubt"`, `"lost"` or `"released"`.
     #[getter]
-    fn state(&self, py: Python<'_>) -> PyResult<&'static str> {
+    pub(crate) fn state(&self, py: Python<'_>) -> PyResult<&'static str> {
         Ok(self.inner.get(py)?.state().name())
     }
 
     /// Call `callback(error)` once if the hold is lost (from a ferrolock thread; at once if it
     /// already is). An exception in the callback is logged on the `ferrolock` logger.
-    fn on_lost(&self, py: Python<'_>, callback: Py<PyAny>) -> PyResult<()> {
+    pub(crate) fn on_lost(&self, py: Python<'_>, callback: Py<PyAny>) -> PyResult<()> {
         if !callback.bind(py).is_callable() {
             return Err(pyo3::exceptions::PyTypeError::new_err("on_lost needs a callable"));
         }
@@ -481,20 +503,11 @@ impl NativeGuard {
 
     /// GC support: the `on_lost` callables this guard owns.
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        // Only tried: a slot locked now is being emptied (a reference not visited only keeps
-        // its object alive until a later collection).
-        if let Some(slots) = try_lock(&self.lost_callbacks) {
-            for slot in slots.iter() {
-                if let Some(cb) = try_lock(slot) {
-                    visit.call(cb.as_ref())?;
-                }
-            }
-        }
-        Ok(())
+        self.visit_callbacks(&visit)
     }
 
     /// GC support: drop the `on_lost` callables (they will not be called).
-    fn __clear__(&self) {
+    pub(crate) fn __clear__(&self) {
         drop(self.take_lost_callbacks());
     }
 }

@@ -36,6 +36,7 @@ from ._ferrolock import (
     AuthError,
     CancelledError,
     ClosedError,
+    Held,
     InternalError,
     InvalidArgumentError,
     InvalidConfigError,
@@ -58,7 +59,7 @@ from ._ferrolock import (
     TlsError,
     error_table,
 )
-from ._locks import AsyncHeld, AsyncLock, Duration, Held, Lock, Name
+from ._locks import AsyncHeld, AsyncLock, Duration, Lock, Name
 
 # Every core error kind is importable from here, including kinds newer than this file.
 for _code, _name, _cls in _ferrolock.error_table():

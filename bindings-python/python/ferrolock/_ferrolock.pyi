@@ -10,6 +10,7 @@ __all__ = [
     "AuthError",
     "CancelledError",
     "ClosedError",
+    "Held",
     "InternalError",
     "InvalidArgumentError",
     "InvalidConfigError",
@@ -23,6 +24,7 @@ __all__ = [
     "NativeClient",
     "NativeGuard",
     "NativeLock",
+    "NativeOwner",
     "NotHeldError",
     "NotReplicatedError",
     "NullArgumentError",
@@ -135,3 +137,45 @@ class NativeGuard:
     @property
     def state(self) -> str: ...
     def on_lost(self, callback: Callable[[LockError], object]) -> None: ...
+
+@final
+class NativeOwner:
+    """One thread's core handle on a named lock and its stack of holds (kept by a ``Lock``)."""
+    def __new__(
+        cls, lock: NativeLock, local: Any, name: _Name, wait: Optional[_Duration] = None
+    ) -> NativeOwner: ...
+    def acquire(self, wait: Optional[_Duration] = None) -> Held: ...
+    def try_acquire(self) -> Optional[Held]: ...
+    @property
+    def innermost(self) -> Optional[Held]: ...
+
+@final
+class Held:
+    """One level of a sync hold, returned by ``Lock.acquire`` and ``with lock as held``."""
+    @property
+    def name(self) -> _Name:
+        """The lock's name, as given."""
+    @property
+    def fence(self) -> int:
+        """The fencing token: strictly increasing across grants; re-entry keeps it."""
+    @property
+    def count(self) -> int:
+        """The owner's reentrancy depth (0 once lost or released)."""
+    def remaining(self) -> float:
+        """Seconds left until the local deadline (0 once lost or released)."""
+    def ensure(self, margin: Optional[_Duration] = None) -> None:
+        """Raise ``LostError`` unless still held with more than ``margin`` of validity left."""
+    @property
+    def state(self) -> str:
+        """``"held"``, ``"in_doubt"``, ``"lost"`` or ``"released"``."""
+    @property
+    def lost(self) -> bool:
+        """Whether the hold is lost."""
+    def on_lost(self, callback: Callable[[LockError], object]) -> None:
+        """Call ``callback(error)`` once if the hold is lost."""
+    def release(self) -> None:
+        """Release this level; ``NotHeldError`` from another thread or when already released."""
+    def extend(self, ttl: _Duration) -> None:
+        """Extend the lease to ``ttl`` from now."""
+    def __enter__(self) -> Held: ...
+    def __exit__(self, *exc_info: object) -> None: ...

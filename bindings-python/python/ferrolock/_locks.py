@@ -4,6 +4,11 @@ The core re-enters through one lock handle (one owner token). These classes give
 (``Lock``) or asyncio task (``AsyncLock``) its own core handle, so the same thread or task
 re-enters like ``threading.RLock`` and any other thread or task contends. Everything else is the
 core's: timing, retries, renewal and the scripts.
+
+A thread's owner (``NativeOwner``: its handle and its stack of holds) and its ``Held`` levels are
+native (``src/held.rs``), so that the sync hot path is one native call each way; the owner is
+kept in the ``Lock``'s ``threading.local``, which also decides who may release a ``Held``. A
+task's owner and ``AsyncHeld`` are here.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import weakref
 from datetime import timedelta
 from typing import Any, Awaitable, Callable, List, Optional, TypeVar, Union
 
-from ._ferrolock import LockError, NativeClient, NativeGuard, NativeLock, NotHeldError
+from ._ferrolock import Held, LockError, NativeClient, NativeGuard, NativeLock, NativeOwner, NotHeldError
 
 _T = TypeVar("_T")
 
@@ -45,7 +50,7 @@ def _is_transient(e: LockError) -> bool:
 
 
 class _Owner:
-    """One thread's or task's core handle and its stack of holds (innermost last)."""
+    """One task's core handle and its stack of holds (innermost last)."""
 
     __slots__ = ("handle", "stack")
 
@@ -64,13 +69,92 @@ class _Owner:
                 return
 
 
-class _HeldBase:
-    __slots__ = ("_guard", "_owner", "_name")
+class Lock:
+    """A named lock, re-entrant per thread like ``threading.RLock``; other threads contend.
 
-    def __init__(self, owner: _Owner, guard: NativeGuard, name: Name) -> None:
+    Use ``with lock as held:`` or ``held = lock.acquire(wait=5)`` / ``held.release()``.
+    Made by ``Client.lock``; creating it does no I/O.
+    """
+
+    def __init__(
+        self,
+        native: NativeClient,
+        name: Name,
+        *,
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        renew: Optional[bool] = None,
+        fair: bool = False,
+    ) -> None:
+        self._native = native
+        self._name = name
+        self._ttl = ttl
+        self._wait = wait
+        self._renew = renew
+        self._fair = fair
+        self._local = threading.local()
+        # Validates name and ttl now, before any I/O; this thread gets this handle.
+        self._local.owner = NativeOwner(native.lock(name, ttl, renew, fair), self._local, name, wait)
+
+    @property
+    def name(self) -> Name:
+        """The lock's name, as given."""
+        return self._name
+
+    def _owner(self) -> NativeOwner:
+        owner: Optional[NativeOwner] = getattr(self._local, "owner", None)
+        if owner is None:
+            handle = self._native.lock(self._name, self._ttl, self._renew, self._fair)
+            owner = NativeOwner(handle, self._local, self._name, self._wait)
+            self._local.owner = owner
+        return owner
+
+    def acquire(self, wait: Optional[Duration] = None) -> Held:
+        """Acquire (or re-enter), waiting at most ``wait`` seconds (``None``: the lock's
+        ``wait``, which is unbounded unless given to ``Client.lock``; ``0``: one attempt).
+        Raises ``AcquireTimeoutError`` (a ``TimeoutError``) when the wait elapses. Other
+        threads keep running while this one waits."""
+        # This thread's owner (the lookup inlined: one call less per acquire), then one native
+        # call: it acquires, makes the Held and puts it on the owner's stack.
+        return (getattr(self._local, "owner", None) or self._owner()).acquire(wait)
+
+    def try_acquire(self) -> Optional[Held]:
+        """One attempt: a ``Held``, or ``None`` when another owner holds the lock."""
+        return self._owner().try_acquire()
+
+    def release(self) -> None:
+        """Release this thread's innermost hold. ``NotHeldError`` if this thread holds none."""
+        held = self.held
+        if held is None:
+            raise NotHeldError("this thread does not hold the lock")
+        held.release()
+
+    @property
+    def held(self) -> Optional[Held]:
+        """This thread's innermost hold, or ``None``."""
+        owner: Optional[NativeOwner] = getattr(self._local, "owner", None)
+        return owner.innermost if owner is not None else None
+
+    def __enter__(self) -> Held:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<ferrolock.Lock name={self._name!r}>"
+
+
+class AsyncHeld:
+    """One level of an asyncio hold, returned by ``AsyncLock.acquire`` and ``async with``."""
+
+    __slots__ = ("_guard", "_owner", "_name", "_task")
+
+    def __init__(self, owner: _Owner, guard: NativeGuard, name: Name, task: "asyncio.Task[Any]") -> None:
         self._guard = guard
         self._owner = owner
         self._name = name
+        self._task = weakref.ref(task)
 
     @property
     def name(self) -> Name:
@@ -119,142 +203,6 @@ class _HeldBase:
         except LockError:  # e.g. inherited across fork(): the hold is the parent's
             return f"<{type(self).__name__} name={self._name!r} (unusable here)>"
 
-
-class Held(_HeldBase):
-    """One level of a sync hold, returned by ``Lock.acquire`` and ``with lock as held``."""
-
-    __slots__ = ("_local",)
-
-    def __init__(self, owner: _Owner, guard: NativeGuard, name: Name, local: threading.local) -> None:
-        # (The base's fields set here, not through super().__init__: one call less per acquire.)
-        self._guard = guard
-        self._owner = owner
-        self._name = name
-        # The Lock's per-thread storage: the owning thread finds `owner` there. Not the thread's
-        # ident, which the OS hands to a new thread once this one has ended.
-        self._local = local
-
-    def release(self) -> None:
-        """Release this level (the lock is freed when the outermost level is released).
-
-        Raises ``NotHeldError`` from another thread or when already released, ``LostError`` if
-        the hold was lost meanwhile (nothing of another owner is deleted)."""
-        if getattr(self._local, "owner", None) is not self._owner:
-            raise NotHeldError("this hold belongs to another thread; release it from that thread")
-        try:
-            self._guard.release()
-        except LockError as e:
-            if not _is_transient(e):
-                self._owner.forget(self)
-            raise
-        except BaseException:  # e.g. KeyboardInterrupt: the release runs on to its end
-            self._owner.forget(self)
-            raise
-        self._owner.forget(self)
-
-    def extend(self, ttl: Duration) -> None:
-        """Extend the lease to ``ttl`` from now (raises ``LostError`` if it is already lost)."""
-        self._guard.extend(ttl)
-
-    def __enter__(self) -> "Held":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()
-
-
-class Lock:
-    """A named lock, re-entrant per thread like ``threading.RLock``; other threads contend.
-
-    Use ``with lock as held:`` or ``held = lock.acquire(wait=5)`` / ``held.release()``.
-    Made by ``Client.lock``; creating it does no I/O.
-    """
-
-    def __init__(
-        self,
-        native: NativeClient,
-        name: Name,
-        *,
-        ttl: Optional[Duration] = None,
-        wait: Optional[Duration] = None,
-        renew: Optional[bool] = None,
-        fair: bool = False,
-    ) -> None:
-        self._native = native
-        self._name = name
-        self._ttl = ttl
-        self._wait = wait
-        self._renew = renew
-        self._fair = fair
-        self._local = threading.local()
-        # Validates name and ttl now, before any I/O; this thread gets this handle.
-        self._local.owner = _Owner(native.lock(name, ttl, renew, fair))
-
-    @property
-    def name(self) -> Name:
-        """The lock's name, as given."""
-        return self._name
-
-    def _owner(self) -> _Owner:
-        owner: Optional[_Owner] = getattr(self._local, "owner", None)
-        if owner is None:
-            owner = _Owner(self._native.lock(self._name, self._ttl, self._renew, self._fair))
-            self._local.owner = owner
-        return owner
-
-    def acquire(self, wait: Optional[Duration] = None) -> Held:
-        """Acquire (or re-enter), waiting at most ``wait`` seconds (``None``: the lock's
-        ``wait``, which is unbounded unless given to ``Client.lock``; ``0``: one attempt).
-        Raises ``AcquireTimeoutError`` (a ``TimeoutError``) when the wait elapses. Other
-        threads keep running while this one waits."""
-        # This thread's owner: the lookup inlined (one call less per acquire).
-        owner = getattr(self._local, "owner", None) or self._owner()
-        guard = owner.handle.acquire(self._wait if wait is None else wait)
-        held = Held(owner, guard, self._name, self._local)
-        owner.stack.append(held)
-        return held
-
-    def try_acquire(self) -> Optional[Held]:
-        """One attempt: a ``Held``, or ``None`` when another owner holds the lock."""
-        owner = self._owner()
-        guard = owner.handle.try_acquire()
-        if guard is None:
-            return None
-        held = Held(owner, guard, self._name, self._local)
-        owner.stack.append(held)
-        return held
-
-    def release(self) -> None:
-        """Release this thread's innermost hold. ``NotHeldError`` if this thread holds none."""
-        owner: Optional[_Owner] = getattr(self._local, "owner", None)
-        if owner is None or not owner.stack:
-            raise NotHeldError("this thread does not hold the lock")
-        owner.stack[-1].release()
-
-    @property
-    def held(self) -> Optional[Held]:
-        """This thread's innermost hold, or ``None``."""
-        owner: Optional[_Owner] = getattr(self._local, "owner", None)
-        return owner.stack[-1] if owner is not None and owner.stack else None
-
-    def __enter__(self) -> Held:
-        return self.acquire()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()
-
-    def __repr__(self) -> str:
-        return f"<ferrolock.Lock name={self._name!r}>"
-
-
-class AsyncHeld(_HeldBase):
-    """One level of an asyncio hold, returned by ``AsyncLock.acquire`` and ``async with``."""
-
-    __slots__ = ("_task",)
-
-    def __init__(self, owner: _Owner, guard: NativeGuard, name: Name, task: "asyncio.Task[Any]") -> None:
-        super().__init__(owner, guard, name)
-        self._task = weakref.ref(task)
 
     async def release(self) -> None:
         """Release this level. ``NotHeldError`` from another task or when already released;
