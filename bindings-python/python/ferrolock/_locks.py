@@ -203,7 +203,6 @@ class AsyncHeld:
         except LockError:  # e.g. inherited across fork(): the hold is the parent's
             return f"<{type(self).__name__} name={self._name!r} (unusable here)>"
 
-
     async def release(self) -> None:
         """Release this level. ``NotHeldError`` from another task or when already released;
         ``LostError`` if the hold was lost meanwhile (nothing of another owner is deleted)."""
