@@ -16,9 +16,12 @@
 //! `atexit` hook ([`at_exit`]) has started; the hook waits (GIL released, at most 2 s) for the
 //! in-flight count to reach zero, so no runtime thread touches Python while it finalizes.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::mem::ManuallyDrop;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use ferrolock::driver::Driver;
@@ -32,6 +35,16 @@ use crate::errors;
 /// Sync calls run on the caller's thread for this long at most before the GIL is taken back to
 /// look for signals (Ctrl-C).
 const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+thread_local! {
+    /// This thread's signal-check timer for [`wait`]: one timer kept across calls, moved
+    /// [`SIGNAL_CHECK`] on each time it fires, so that a wait returns to Python at least that
+    /// often. A timer armed and cleared on every call cost 1,450 instructions per acquire +
+    /// release pair, 4 % of the Python W1 loop (bench/FINDINGS.md, "one signal-check timer"). It
+    /// belongs to this process's runtime: a forked child leaks the parent's and makes its own.
+    static SIGNAL_TICKER: Cell<Option<ProcessLocal<Pin<Box<tokio::time::Sleep>>>>> =
+        const { Cell::new(None) };
+}
 
 /// This process's runtime: a [`Driver`] (a current-thread runtime driven by the threads that
 /// wait on it), and the process it belongs to.
@@ -107,6 +120,13 @@ impl<T> ProcessLocal<T> {
         (self.pid == pid()).then_some(&*self.value)
     }
 
+    /// The value itself, unless this is a forked child (which leaks it, as a drop would).
+    pub fn into_here(self) -> Option<T> {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again; its value is taken exactly once.
+        (this.pid == pid()).then(|| unsafe { ManuallyDrop::take(&mut this.value) })
+    }
+
     /// The value, or a `ClosedError` in a forked child.
     pub fn get(&self, py: Python<'_>) -> PyResult<&T> {
         if self.pid == pid() {
@@ -150,11 +170,24 @@ where
     }
     let mut fut = Box::pin(fut);
     loop {
+        let mut ticker = SIGNAL_TICKER.take().and_then(ProcessLocal::into_here);
         let (got, back) = py.detach(move || {
-            let got = prt.drive(async { tokio::time::timeout(SIGNAL_CHECK, fut.as_mut()).await.ok() });
-            (got, fut)
+            let got = prt.drive(std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = fut.as_mut().poll(cx) {
+                    return Poll::Ready(Some(r));
+                }
+                let tick = ticker.get_or_insert_with(|| Box::pin(tokio::time::sleep(SIGNAL_CHECK)));
+                if tick.as_mut().poll(cx).is_ready() {
+                    tick.as_mut().reset(tokio::time::Instant::now() + SIGNAL_CHECK);
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            }));
+            (got, (fut, ticker))
         });
-        fut = back;
+        let ticker;
+        (fut, ticker) = back;
+        SIGNAL_TICKER.set(ticker.map(ProcessLocal::new));
         match got {
             Some(r) => return r.map_err(|e| errors::to_py(py, e)),
             None => {

@@ -150,33 +150,60 @@ def test_asyncio_scripts_exit_cleanly_50_times(redis: RedisServer, name: str, tm
 
 SIGINT_SCRIPT = textwrap.dedent(
     """
-    import signal, sys, ferrolock
+    import os, signal, sys, ferrolock
+    url, name, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    client = ferrolock.Client.connect(url)
+    if mode in ("warm", "fork"):
+        # Calls before the wait: this thread's signal-check timer exists and is part-way run.
+        other = client.lock(name + ":other", ttl=5)
+        for _ in range(200):
+            other.acquire().release()
+    if mode == "fork":
+        child = os.fork()
+        if child:
+            _, status = os.waitpid(child, 0)
+            os._exit(os.waitstatus_to_exitcode(status))
+        client = ferrolock.Client.connect(url)           # the parent's objects are not usable here
     # A shell without job control starts background jobs with SIGINT ignored, and Python then
     # keeps it ignored: install the KeyboardInterrupt handler whatever this process inherited.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    client = ferrolock.Client.connect(sys.argv[1])
-    print("waiting", flush=True)
+    print("waiting", os.getpid(), flush=True)
     try:
-        client.lock(sys.argv[2], ttl=5).acquire()         # held by the test: waits without bound
+        client.lock(name, ttl=5).acquire()                # held by the test: waits without bound
     except KeyboardInterrupt:
         print("interrupted", flush=True)
     """
 )
 
 
-def test_ctrl_c_interrupts_a_blocking_acquire(redis: RedisServer, name: str, tmp_path) -> None:
+@pytest.mark.parametrize("mode", ["cold", "warm", "fork"])
+def test_ctrl_c_interrupts_a_blocking_acquire(redis: RedisServer, name: str, tmp_path, mode: str) -> None:
+    """The wait returns to Python to look for signals: in a fresh process, after calls (the
+    thread's signal-check timer is reused across calls), and in a forked child (which must not
+    reuse the parent's timer: nothing drives the parent's runtime there)."""
     import signal
 
     client = ferrolock.Client.connect(redis.url)
-    held = client.lock(name, ttl=10).acquire()
+    held = client.lock(name, ttl=60).acquire()            # outlasts the wait below
     script = tmp_path / "sigint.py"
     script.write_text(SIGINT_SCRIPT)
-    proc = subprocess.Popen([sys.executable, str(script), redis.url, name],
+    proc = subprocess.Popen([sys.executable, str(script), redis.url, name, mode],
                             stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "waiting"
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=10)
+    try:
+        assert proc.stdout is not None
+        word, pid = proc.stdout.readline().split()
+        assert word == "waiting"
+        time.sleep(0.3)
+        os.kill(int(pid), signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(int(pid), signal.SIGKILL)             # still waiting (in fork mode, the child)
+            pytest.fail(f"the {mode} waiter did not see SIGINT within 10 s")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert "interrupted" in out and proc.returncode == 0
     held.release()
     assert client.inspect(name) is None  # the interrupted waiter took nothing
