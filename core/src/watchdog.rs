@@ -56,6 +56,14 @@ struct Shared {
     test_no_settle: AtomicBool,
     /// Scheduler runs so far (tests: an acquire due later than the next look wakes nothing).
     ticks: AtomicU64,
+    /// How far ahead of its registration the latest hold was due (nanoseconds), and `next_id`
+    /// as the last tick that found no hold saw it. A tick that finds no hold although holds were
+    /// registered since looks again that far ahead rather than in an hour: in a loop of short
+    /// holds, each released before the scheduler gets to run, the next acquire then finds a look
+    /// planned before it is due and wakes nothing. Otherwise every acquire woke the scheduler,
+    /// which found the hold already gone (bench/FINDINGS.md, "the watchdog's look per pair").
+    last_due_in: AtomicU64,
+    ids_seen: AtomicU64,
     /// Set (under `entries`) by [`Watchdog::close`]: the scheduler ends, nothing more is sent,
     /// and a hold registered later is lost at once.
     closed: AtomicBool,
@@ -128,6 +136,8 @@ impl Watchdog {
             test_delay_ms: AtomicU64::new(0),
             test_no_settle: AtomicBool::new(false),
             ticks: AtomicU64::new(0),
+            last_due_in: AtomicU64::new(0),
+            ids_seen: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             sending: Mutex::new(()),
         });
@@ -150,7 +160,11 @@ impl Watchdog {
 
     fn insert(&self, hold: &Arc<Hold>, key: Arc<[u8]>, token: Arc<str>, renew_until: Option<Instant>) {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let next_due = Instant::now() + hold.ttl() / 3;
+        let now = Instant::now();
+        let next_due = now + hold.ttl() / 3;
+        let due = next_due.min(hold.deadline());
+        let due_in = u64::try_from(due.saturating_duration_since(now).as_nanos()).unwrap_or(u64::MAX);
+        self.shared.last_due_in.store(due_in, Ordering::Relaxed);
         let hold_ref = Arc::downgrade(hold);
         let entry =
             Entry { hold: hold_ref, key, token, next_due, in_flight: false, renew_until, confirm: false };
@@ -165,7 +179,7 @@ impl Watchdog {
                 return;
             }
             entries.insert(id, entry);
-            next_due.min(hold.deadline()) < *self.shared.planned()
+            due < *self.shared.planned()
         };
         hold.set_watchdog(id);
         if sooner {
@@ -389,6 +403,13 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
         }
         true
     });
+    if entries.is_empty() {
+        let ids = shared.next_id.load(Ordering::Relaxed);
+        if shared.ids_seen.swap(ids, Ordering::Relaxed) != ids {
+            let due_in = Duration::from_nanos(shared.last_due_in.load(Ordering::Relaxed));
+            next = now.checked_add(due_in).map_or(next, |t| next.min(t));
+        }
+    }
     if !any_due {
         return plan(next);
     }

@@ -443,6 +443,28 @@ async fn watchdog_renews_stops_and_reports_loss() {
     assert_eq!(g.remaining(), Duration::ZERO);
 }
 
+// A loop of acquire + release pairs with no other hold alive: each hold is gone before the
+// scheduler gets to run, so the scheduler finds nothing, and it used to plan its next look an
+// hour ahead, so that the next acquire woke it again: one scheduler run per pair. It now looks
+// again a third of the last lease ahead while holds keep coming, which the next acquire's hold
+// is not due before. On a current-thread runtime, as the bindings and the blocking API run: there
+// the scheduler runs only when the caller's own call is pending (after the release's unregister).
+#[tokio::test]
+async fn a_loop_of_short_holds_does_not_wake_the_watchdog_each_time() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let lock = client.lock("wd-loop", LockOptions::renewing(Duration::from_secs(30))).unwrap();
+    lock.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = client.watchdog_ticks_for_tests();
+    for _ in 0..100 {
+        lock.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+        tokio::task::yield_now().await; // lets the scheduler run between pairs if it was woken
+    }
+    let ticks = client.watchdog_ticks_for_tests() - before;
+    assert!(ticks < 10, "100 pairs with no other hold alive ran the scheduler {ticks} times");
+}
+
 // The watchdog scheduler is woken by an acquire only when the new hold needs it before its next
 // look: a hold due later costs no scheduler run (it used to scan every live hold on each
 // acquire). A hold due sooner is still renewed on time.
