@@ -1,16 +1,19 @@
-//! The sync owners and `ferrolock.Held`: one thread's core handle with its stack of holds, and
-//! one level of hold, in native code so that `Lock.acquire` and `Held.release` are one native
-//! call each (bench/FINDINGS.md, "2026-11-28: a native sync Held").
+//! The sync lock in native code: `NativeLockBase` (the methods of `ferrolock.Lock`, which
+//! subclasses it), one thread's owner (its core handle with its stack of holds) and
+//! `ferrolock.Held` (one level of hold), so that `lock.acquire()`, `with lock:` and
+//! `held.release()` run without a Python frame (bench/FINDINGS.md, "2026-11-28: a native sync
+//! Held" and "2026-11-28, later: a native Lock").
 //!
-//! Which thread owns a hold is decided as before by the `Lock`'s `threading.local`: the owning
-//! thread finds this owner there (under it, `local.owner is owner`), any other thread does not.
-//! Not the thread's ident, which the OS hands to a new thread once one has ended.
+//! Which thread owns a hold is decided by the `Lock`'s `threading.local`: each thread's owner is
+//! kept there as `owner`, made on the thread's first use; the owning thread finds it (under it,
+//! `local.owner is owner`), any other thread does not. Not the thread's ident, which the OS
+//! hands to a new thread once one has ended.
 //!
-//! The Python objects these classes keep (the name, the `threading.local`, the stack's `Held`s,
-//! the `on_lost` callables) are visible to the garbage collector (`__traverse__`/`__clear__`):
-//! an owner and its holds refer to each other, and a thread that ends or a `Lock` that is
-//! dropped with holds still on the stack leaves a cycle for it to collect, as the pure-Python
-//! classes did.
+//! The Python objects these classes keep (the client, name, durations, the `threading.local`,
+//! the stack's `Held`s, the `on_lost` callables) are visible to the garbage collector
+//! (`__traverse__`/`__clear__`): an owner and its holds refer to each other through the local,
+//! and a thread that ends or a `Lock` that is dropped with holds still on the stack leaves a
+//! cycle for it to collect, as the pure-Python classes did.
 
 use std::sync::Mutex;
 
@@ -18,14 +21,16 @@ use ferrolock::ErrorKind;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pyclass::{PyTraverseError, PyVisit};
-use pyo3::types::{PyTuple, PyWeakrefMethods, PyWeakrefReference};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType, PyWeakrefMethods, PyWeakrefReference};
 
-use crate::native::{NativeGuard, NativeLock};
+use crate::native::{NativeClient, NativeGuard};
 use crate::runtime::{Abandon, ProcessLocal, wait};
 use crate::{convert, errors};
 
 /// One thread's core handle on a named lock (its own owner token) and its stack of holds,
-/// innermost last. Kept in the `Lock`'s `threading.local` as `owner`.
+/// innermost last. Kept in the `Lock`'s `threading.local` as `owner`; made by
+/// `NativeLockBase` only.
 #[pyclass(frozen, module = "ferrolock._ferrolock")]
 pub struct NativeOwner {
     lock: ProcessLocal<ferrolock::Lock>,
@@ -82,31 +87,25 @@ impl NativeOwner {
     }
 }
 
-#[pymethods]
 impl NativeOwner {
-    /// A thread's owner: `lock` (the thread's own handle, from `NativeClient.lock`), the
-    /// `Lock`'s `threading.local` (which must keep it as `owner`), the name as given and the
-    /// default `wait`.
-    #[new]
-    #[pyo3(signature = (lock, local, name, wait = None))]
+    /// A thread's owner: `lock` (the thread's own core handle), the `Lock`'s `threading.local`
+    /// (which must keep it as `owner`), the name as given and the default `wait`.
     fn new(
-        py: Python<'_>,
-        lock: PyRef<'_, NativeLock>,
+        lock: ferrolock::Lock,
         local: &Bound<'_, PyAny>,
         name: Py<PyAny>,
-        wait: Option<Py<PyAny>>,
+        wait: Py<PyAny>,
     ) -> PyResult<Self> {
         Ok(NativeOwner {
-            lock: ProcessLocal::new(lock.core(py)?.clone()),
+            lock: ProcessLocal::new(lock),
             name,
-            wait: wait.unwrap_or_else(|| py.None()),
+            wait,
             local: PyWeakrefReference::new(local)?.unbind(),
             stack: Mutex::new(Vec::new()),
         })
     }
 
     /// Acquire (or re-enter), waiting at most `wait` (None: the lock's default); the new level.
-    #[pyo3(signature = (wait = None))]
     fn acquire(slf: &Bound<'_, Self>, wait: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Held>> {
         let py = slf.py();
         let this = slf.get();
@@ -127,11 +126,13 @@ impl NativeOwner {
     }
 
     /// The innermost live level, or `None`.
-    #[getter]
     fn innermost(&self, py: Python<'_>) -> Option<Py<Held>> {
         lock_stack(&self.stack).last().map(|h| h.clone_ref(py))
     }
+}
 
+#[pymethods]
+impl NativeOwner {
     /// GC support: the name, the default wait, the weak reference and the stack's levels.
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.name)?;
@@ -282,5 +283,195 @@ impl Held {
     /// GC support: drop the `on_lost` callables (they will not be called).
     fn __clear__(&self) {
         self.guard.__clear__();
+    }
+}
+
+/// What `Lock.__init__` was given, and the `Lock`'s `threading.local` (strongly: each thread's
+/// owner lives in it).
+struct LockState {
+    client: Py<NativeClient>,
+    /// As given (`Lock.name`, `Held.name`).
+    name: Py<PyAny>,
+    /// As given (any duration or `None`), converted for each new thread's core handle.
+    ttl: Py<PyAny>,
+    /// As given (any duration or `None`), converted on each acquire.
+    wait: Py<PyAny>,
+    renew: Option<bool>,
+    fair: bool,
+    local: Py<PyAny>,
+}
+
+/// `threading.local`, looked up once.
+static THREAD_LOCAL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// The native half of ``ferrolock.Lock`` (which subclasses it): each thread's owner found in a
+/// ``threading.local`` and acquire, release and ``with`` in one native call each.
+#[pyclass(subclass, module = "ferrolock._ferrolock")]
+pub struct NativeLockBase {
+    /// `None` until `__init__` ran, and again once the collector cleared it.
+    state: Option<LockState>,
+}
+
+impl std::fmt::Debug for NativeLockBase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeLockBase").field("initialised", &self.state.is_some()).finish()
+    }
+}
+
+impl NativeLockBase {
+    fn state(&self) -> PyResult<&LockState> {
+        self.state.as_ref().ok_or_else(|| {
+            pyo3::exceptions::PyTypeError::new_err("this Lock is not initialised (Lock.__init__ did not run)")
+        })
+    }
+
+    /// The calling thread's owner, if it has one yet.
+    fn current<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, NativeOwner>>> {
+        let py = slf.py();
+        let this = slf.try_borrow()?;
+        let local = this.state()?.local.bind(py);
+        match local.getattr_opt(intern!(py, "owner"))? {
+            Some(o) => Ok(Some(o.cast_into::<NativeOwner>()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The calling thread's owner, made (with a core handle of its own) on its first use.
+    fn owner<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, NativeOwner>> {
+        let py = slf.py();
+        let this = slf.try_borrow()?;
+        let state = this.state()?;
+        let local = state.local.bind(py);
+        if let Some(o) = local.getattr_opt(intern!(py, "owner"))? {
+            return Ok(o.cast_into::<NativeOwner>()?);
+        }
+        let owner = Self::new_owner(py, state)?;
+        local.setattr(intern!(py, "owner"), &owner)?;
+        Ok(owner)
+    }
+
+    /// A new owner for the calling thread (not yet in the local). Validates the name and `ttl`
+    /// and fails with `ClosedError` once the client is closed or in a forked child.
+    fn new_owner<'py>(py: Python<'py>, state: &LockState) -> PyResult<Bound<'py, NativeOwner>> {
+        let lock = state.client.get().core_lock(
+            py,
+            state.name.bind(py),
+            Some(state.ttl.bind(py)),
+            state.renew,
+            state.fair,
+        )?;
+        let owner =
+            NativeOwner::new(lock, state.local.bind(py), state.name.clone_ref(py), state.wait.clone_ref(py))?;
+        Bound::new(py, owner)
+    }
+}
+
+#[pymethods]
+impl NativeLockBase {
+    /// An uninitialised lock: ``__init__`` sets it up, so that subclasses may take other
+    /// arguments, as with any Python class.
+    #[new]
+    #[pyo3(
+        signature = (*_args, **_kwargs),
+        text_signature = "(native, name, *, ttl=None, wait=None, renew=None, fair=False)"
+    )]
+    fn py_new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+        NativeLockBase { state: None }
+    }
+
+    /// ``native``: the client's native handle; the rest as ``Client.lock`` takes them.
+    /// Validates the name and ``ttl`` now (no I/O); this thread's owner is made here.
+    #[pyo3(signature = (native, name, *, ttl = None, wait = None, renew = None, fair = false))]
+    fn __init__(
+        slf: &Bound<'_, Self>,
+        native: Py<NativeClient>,
+        name: Py<PyAny>,
+        ttl: Option<Py<PyAny>>,
+        wait: Option<Py<PyAny>>,
+        renew: Option<bool>,
+        fair: bool,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let local = THREAD_LOCAL.import(py, "threading", "local")?.call0()?;
+        let state = LockState {
+            client: native,
+            name,
+            ttl: ttl.unwrap_or_else(|| py.None()),
+            wait: wait.unwrap_or_else(|| py.None()),
+            renew,
+            fair,
+            local: local.clone().unbind(),
+        };
+        let owner = Self::new_owner(py, &state)?;
+        local.setattr(intern!(py, "owner"), &owner)?;
+        // Called again, it starts afresh (as the Python class did); the old state is dropped
+        // after the borrow ends, since dropping it may run Python code.
+        let old = slf.try_borrow_mut()?.state.replace(state);
+        drop(old);
+        Ok(())
+    }
+
+    /// The lock's name, as given.
+    #[getter]
+    fn name(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.state()?.name.clone_ref(py))
+    }
+
+    /// Acquire (or re-enter), waiting at most ``wait`` seconds (``None``: the lock's
+    /// ``wait``, which is unbounded unless given to ``Client.lock``; ``0``: one attempt).
+    /// Raises ``AcquireTimeoutError`` (a ``TimeoutError``) when the wait elapses. Other
+    /// threads keep running while this one waits.
+    #[pyo3(signature = (wait = None))]
+    fn acquire(slf: &Bound<'_, Self>, wait: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Held>> {
+        let owner = Self::owner(slf)?;
+        NativeOwner::acquire(&owner, wait)
+    }
+
+    /// One attempt: a ``Held``, or ``None`` when another owner holds the lock.
+    fn try_acquire(slf: &Bound<'_, Self>) -> PyResult<Option<Py<Held>>> {
+        let owner = Self::owner(slf)?;
+        NativeOwner::try_acquire(&owner)
+    }
+
+    /// Release this thread's innermost hold. ``NotHeldError`` if this thread holds none.
+    fn release(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let Some(held) = Self::held(slf)? else {
+            return Err(errors::new(py, ErrorKind::NotHeld, "this thread does not hold the lock"));
+        };
+        Held::release(held.bind(py))
+    }
+
+    /// This thread's innermost hold, or ``None``.
+    #[getter]
+    fn held(slf: &Bound<'_, Self>) -> PyResult<Option<Py<Held>>> {
+        Ok(Self::current(slf)?.and_then(|o| o.get().innermost(slf.py())))
+    }
+
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<Held>> {
+        Self::acquire(slf, None)
+    }
+
+    #[pyo3(signature = (*_exc_info))]
+    fn __exit__(slf: &Bound<'_, Self>, _exc_info: &Bound<'_, PyTuple>) -> PyResult<()> {
+        Self::release(slf)
+    }
+
+    /// GC support: the client, name, durations and the `threading.local` (each thread's owner,
+    /// and through it the holds, are reached through the local).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(s) = &self.state {
+            visit.call(&s.client)?;
+            visit.call(&s.name)?;
+            visit.call(&s.ttl)?;
+            visit.call(&s.wait)?;
+            visit.call(&s.local)?;
+        }
+        Ok(())
+    }
+
+    /// GC support: let go of all of it (every later call raises `TypeError`).
+    fn __clear__(&mut self) {
+        self.state = None;
     }
 }

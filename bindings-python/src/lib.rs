@@ -2,8 +2,9 @@
 //!
 //! A thin translation layer over the core crate: argument conversion, error mapping, and the
 //! plumbing that lets Python wait on the core (GIL released for sync calls, asyncio futures for
-//! async ones), and the sync per-thread owners with `Held` (the hot path, `held.rs`). The rest of
-//! the Pythonic API (`Lock`, the asyncio owners per task, the decorator) is `python/ferrolock/`.
+//! async ones), and the sync lock's hot path (`held.rs`: the methods of `Lock`, its per-thread
+//! owners and `Held`). The rest of the Pythonic API (`Lock`'s Python face, the asyncio owners
+//! per task, the decorator) is `python/ferrolock/`.
 
 mod convert;
 mod errors;
@@ -22,7 +23,7 @@ fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<native::NativeLock>()?;
     m.add_class::<native::NativeGuard>()?;
     m.add_class::<native::NativeLockInfo>()?;
-    m.add_class::<held::NativeOwner>()?;
+    m.add_class::<held::NativeLockBase>()?;
     m.add_class::<held::Held>()?;
     m.add_function(wrap_pyfunction!(native::connect, m)?)?;
     m.add_function(wrap_pyfunction!(native::connect_async, m)?)?;

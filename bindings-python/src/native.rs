@@ -87,6 +87,23 @@ pub struct NativeClient {
 }
 
 impl NativeClient {
+    /// A core lock handle with a fresh owner token (no I/O): `lock`, and each thread's owner
+    /// of a sync `Lock` (`held.rs`).
+    pub(crate) fn core_lock(
+        &self,
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        renew: Option<bool>,
+        fair: bool,
+    ) -> PyResult<Lock> {
+        let name = convert::name(name)?;
+        let mut opts = LockOptions::default().with_fair(fair);
+        opts.ttl = convert::opt_duration(ttl, "ttl")?;
+        opts.renew = renew;
+        self.client(py)?.lock(name, opts).map_err(|e| errors::to_py(py, e))
+    }
+
     fn new(client: Client) -> Self {
         NativeClient { inner: ProcessLocal::new(std::sync::Mutex::new(Some(client))) }
     }
@@ -117,12 +134,7 @@ impl NativeClient {
         renew: Option<bool>,
         fair: bool,
     ) -> PyResult<NativeLock> {
-        let name = convert::name(name)?;
-        let mut opts = LockOptions::default().with_fair(fair);
-        opts.ttl = convert::opt_duration(ttl, "ttl")?;
-        opts.renew = renew;
-        let lock = self.client(py)?.lock(name, opts).map_err(|e| errors::to_py(py, e))?;
-        Ok(NativeLock { inner: ProcessLocal::new(lock) })
+        Ok(NativeLock { inner: ProcessLocal::new(self.core_lock(py, name, ttl, renew, fair)?) })
     }
 
     /// Who holds `name`, if anyone.
@@ -229,13 +241,6 @@ impl NativeLockInfo {
 #[pyclass(frozen, module = "ferrolock._ferrolock")]
 pub struct NativeLock {
     inner: ProcessLocal<Lock>,
-}
-
-impl NativeLock {
-    /// The core handle (a clone shares its owner token), unless made before `fork()`.
-    pub(crate) fn core(&self, py: Python<'_>) -> PyResult<&Lock> {
-        self.inner.get(py)
-    }
 }
 
 /// A grant of an awaitable acquire, on its way to the event loop: released if it never gets

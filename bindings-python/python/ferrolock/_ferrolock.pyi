@@ -1,4 +1,5 @@
 # Stubs of the native module (src/*.rs), checked by `mypy.stubtest` in ci/test-python.sh.
+from typing_extensions import disjoint_base
 from typing import final, Any, Awaitable, Callable, ClassVar, Dict, Iterable, List, Optional, Tuple, Type, Union
 from datetime import timedelta
 
@@ -24,7 +25,7 @@ __all__ = [
     "NativeClient",
     "NativeGuard",
     "NativeLock",
-    "NativeOwner",
+    "NativeLockBase",
     "NotHeldError",
     "NotReplicatedError",
     "NullArgumentError",
@@ -138,16 +139,33 @@ class NativeGuard:
     def state(self) -> str: ...
     def on_lost(self, callback: Callable[[LockError], object]) -> None: ...
 
-@final
-class NativeOwner:
-    """One thread's core handle on a named lock and its stack of holds (kept by a ``Lock``)."""
-    def __new__(
-        cls, lock: NativeLock, local: Any, name: _Name, wait: Optional[_Duration] = None
-    ) -> NativeOwner: ...
-    def acquire(self, wait: Optional[_Duration] = None) -> Held: ...
-    def try_acquire(self) -> Optional[Held]: ...
+@disjoint_base
+class NativeLockBase:
+    """The native half of ``ferrolock.Lock`` (which subclasses it)."""
+    def __init__(
+        self,
+        native: NativeClient,
+        name: _Name,
+        *,
+        ttl: Optional[_Duration] = None,
+        wait: Optional[_Duration] = None,
+        renew: Optional[bool] = None,
+        fair: bool = False,
+    ) -> None: ...
     @property
-    def innermost(self) -> Optional[Held]: ...
+    def name(self) -> _Name:
+        """The lock's name, as given."""
+    def acquire(self, wait: Optional[_Duration] = None) -> Held:
+        """Acquire (or re-enter), waiting at most ``wait`` seconds."""
+    def try_acquire(self) -> Optional[Held]:
+        """One attempt: a ``Held``, or ``None`` when another owner holds the lock."""
+    def release(self) -> None:
+        """Release this thread's innermost hold. ``NotHeldError`` if this thread holds none."""
+    @property
+    def held(self) -> Optional[Held]:
+        """This thread's innermost hold, or ``None``."""
+    def __enter__(self) -> Held: ...
+    def __exit__(self, *exc_info: object) -> None: ...
 
 @final
 class Held:

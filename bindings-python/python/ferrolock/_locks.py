@@ -5,21 +5,21 @@ The core re-enters through one lock handle (one owner token). These classes give
 re-enters like ``threading.RLock`` and any other thread or task contends. Everything else is the
 core's: timing, retries, renewal and the scripts.
 
-A thread's owner (``NativeOwner``: its handle and its stack of holds) and its ``Held`` levels are
-native (``src/held.rs``), so that the sync hot path is one native call each way; the owner is
-kept in the ``Lock``'s ``threading.local``, which also decides who may release a ``Held``. A
-task's owner and ``AsyncHeld`` are here.
+The sync ``Lock`` is native but for its Python face (the class below subclasses
+``NativeLockBase``, ``src/held.rs``): each thread's owner (its handle and its stack of holds) is
+kept in the ``Lock``'s ``threading.local``, which also decides who may release a ``Held``, and
+``acquire``, ``with`` and ``release`` are one native call each. A task's owner and
+``AsyncHeld`` are here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import weakref
 from datetime import timedelta
 from typing import Any, Awaitable, Callable, List, Optional, TypeVar, Union
 
-from ._ferrolock import Held, LockError, NativeClient, NativeGuard, NativeLock, NativeOwner, NotHeldError
+from ._ferrolock import LockError, NativeClient, NativeGuard, NativeLock, NativeLockBase, NotHeldError
 
 _T = TypeVar("_T")
 
@@ -69,80 +69,18 @@ class _Owner:
                 return
 
 
-class Lock:
+class Lock(NativeLockBase):
     """A named lock, re-entrant per thread like ``threading.RLock``; other threads contend.
 
     Use ``with lock as held:`` or ``held = lock.acquire(wait=5)`` / ``held.release()``.
     Made by ``Client.lock``; creating it does no I/O.
     """
 
-    def __init__(
-        self,
-        native: NativeClient,
-        name: Name,
-        *,
-        ttl: Optional[Duration] = None,
-        wait: Optional[Duration] = None,
-        renew: Optional[bool] = None,
-        fair: bool = False,
-    ) -> None:
-        self._native = native
-        self._name = name
-        self._ttl = ttl
-        self._wait = wait
-        self._renew = renew
-        self._fair = fair
-        self._local = threading.local()
-        # Validates name and ttl now, before any I/O; this thread gets this handle.
-        self._local.owner = NativeOwner(native.lock(name, ttl, renew, fair), self._local, name, wait)
-
-    @property
-    def name(self) -> Name:
-        """The lock's name, as given."""
-        return self._name
-
-    def _owner(self) -> NativeOwner:
-        owner: Optional[NativeOwner] = getattr(self._local, "owner", None)
-        if owner is None:
-            handle = self._native.lock(self._name, self._ttl, self._renew, self._fair)
-            owner = NativeOwner(handle, self._local, self._name, self._wait)
-            self._local.owner = owner
-        return owner
-
-    def acquire(self, wait: Optional[Duration] = None) -> Held:
-        """Acquire (or re-enter), waiting at most ``wait`` seconds (``None``: the lock's
-        ``wait``, which is unbounded unless given to ``Client.lock``; ``0``: one attempt).
-        Raises ``AcquireTimeoutError`` (a ``TimeoutError``) when the wait elapses. Other
-        threads keep running while this one waits."""
-        # This thread's owner (the lookup inlined: one call less per acquire), then one native
-        # call: it acquires, makes the Held and puts it on the owner's stack.
-        return (getattr(self._local, "owner", None) or self._owner()).acquire(wait)
-
-    def try_acquire(self) -> Optional[Held]:
-        """One attempt: a ``Held``, or ``None`` when another owner holds the lock."""
-        return self._owner().try_acquire()
-
-    def release(self) -> None:
-        """Release this thread's innermost hold. ``NotHeldError`` if this thread holds none."""
-        held = self.held
-        if held is None:
-            raise NotHeldError("this thread does not hold the lock")
-        held.release()
-
-    @property
-    def held(self) -> Optional[Held]:
-        """This thread's innermost hold, or ``None``."""
-        owner: Optional[NativeOwner] = getattr(self._local, "owner", None)
-        return owner.innermost if owner is not None else None
-
-    def __enter__(self) -> Held:
-        return self.acquire()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()
+    # Everything but the repr is native (``NativeLockBase``, src/held.rs): ``acquire``,
+    # ``with`` and ``release`` are one native call each, with no Python frame.
 
     def __repr__(self) -> str:
-        return f"<ferrolock.Lock name={self._name!r}>"
+        return f"<ferrolock.Lock name={self.name!r}>"
 
 
 class AsyncHeld:
