@@ -220,3 +220,28 @@ def test_fork_child_cannot_use_the_parents_lock(client: ferrolock.Client, name: 
     info = client.inspect(name)
     assert info is not None and info.count == 1 and held.state == "held"
     held.release()
+
+
+def test_acquire_reads_wait_as_a_python_method_would(client: ferrolock.Client, name: str) -> None:
+    """``acquire`` parses its one argument by hand (src/held.rs, ``wait_argument``): positional
+    or keyword, ``None`` meaning the lock's own ``wait``, and Python's errors for the rest."""
+    lock = client.lock(name, ttl=5, wait=0.05)
+    held = _in_thread(lambda: client.lock(name, ttl=5).acquire())[0]
+    assert isinstance(held, ferrolock.Held)
+    for call in (lock.acquire, lambda: lock.acquire(None), lambda: lock.acquire(wait=None),
+                 lambda: lock.acquire(0.05), lambda: lock.acquire(wait=0.05), lambda: lock.acquire(**{})):
+        t0 = time.monotonic()
+        with pytest.raises(ferrolock.AcquireTimeoutError):
+            call()  # None is the lock's wait (0.05 s), not "unbounded"
+        assert time.monotonic() - t0 < 2
+    with pytest.raises(TypeError, match="at most 1 positional"):
+        lock.acquire(1, 2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'timeout'"):
+        lock.acquire(timeout=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'x'"):
+        lock.acquire(wait=1, x=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="multiple values"):
+        lock.acquire(1, wait=2)  # type: ignore[misc]
+    with pytest.raises(ferrolock.InvalidDurationError):
+        lock.acquire(wait=-1)
+    assert list(inspect.signature(lock.acquire).parameters) == ["wait"]
