@@ -286,39 +286,6 @@ impl Held {
     }
 }
 
-/// `wait` of `acquire(wait=None)` (`None` for a Python `None`), read by hand. Under
-/// `abi3-py39` a method gets its keywords as a dict, and PyO3's own matching encodes each key to
-/// UTF-8 in a new `bytes` to compare it: about 180 instructions a call for `acquire(wait=5)`,
-/// the form the README and W1 use. An interned key is found in the dict by identity.
-fn wait_argument<'py>(
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
-    use pyo3::exceptions::PyTypeError;
-    let py = args.py();
-    let mut wait = match args.len() {
-        0 => None,
-        1 => Some(args.get_item(0)?),
-        n => {
-            return Err(PyTypeError::new_err(format!(
-                "acquire() takes at most 1 positional argument ({n} given)"
-            )));
-        }
-    };
-    if let Some(kwargs) = kwargs.filter(|k| !k.is_empty()) {
-        let Some(w) = kwargs.get_item(intern!(py, "wait"))?.filter(|_| kwargs.len() == 1) else {
-            let key = kwargs.keys().iter().find(|k| !k.eq("wait").unwrap_or(false));
-            let key = key.map(|k| k.repr().map(|r| r.to_string()).unwrap_or_default()).unwrap_or_default();
-            return Err(PyTypeError::new_err(format!("acquire() got an unexpected keyword argument {key}")));
-        };
-        if wait.is_some() {
-            return Err(PyTypeError::new_err("acquire() got multiple values for argument 'wait'"));
-        }
-        wait = Some(w);
-    }
-    Ok(wait.filter(|w| !w.is_none()))
-}
-
 /// What `Lock.__init__` was given, and the `Lock`'s `threading.local` (strongly: each thread's
 /// owner lives in it).
 struct LockState {
@@ -454,15 +421,10 @@ impl NativeLockBase {
     /// ``wait``, which is unbounded unless given to ``Client.lock``; ``0``: one attempt).
     /// Raises ``AcquireTimeoutError`` (a ``TimeoutError``) when the wait elapses. Other
     /// threads keep running while this one waits.
-    #[pyo3(signature = (*args, **kwargs), text_signature = "($self, wait=None)")]
-    fn acquire(
-        slf: &Bound<'_, Self>,
-        args: &Bound<'_, PyTuple>,
-        kwargs: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<Py<Held>> {
-        let wait = wait_argument(args, kwargs)?;
+    #[pyo3(signature = (wait = None))]
+    fn acquire(slf: &Bound<'_, Self>, wait: Option<&Bound<'_, PyAny>>) -> PyResult<Py<Held>> {
         let owner = Self::owner(slf)?;
-        NativeOwner::acquire(&owner, wait.as_ref())
+        NativeOwner::acquire(&owner, wait)
     }
 
     /// One attempt: a ``Held``, or ``None`` when another owner holds the lock.
