@@ -196,9 +196,9 @@ pub fn new(py: Python<'_>, kind: ErrorKind, message: &str) -> PyErr {
 }
 
 /// Whether `e` is a `LockError` of a transient kind (a retry later may succeed: the connection,
-/// a server timeout); anything else, `KeyboardInterrupt` included, is not.
+/// a server timeout); anything else, `KeyboardInterrupt` included, is not. Read from the
+/// exception's `transient` attribute, as `_locks.py` reads it for the asyncio holds.
 pub fn is_transient(py: Python<'_>, e: &PyErr) -> bool {
-    let Ok(t) = table(py) else { return false };
     let value = e.value(py);
-    t.kinds.iter().any(|(k, ty)| k.is_transient() && value.is_instance(ty.bind(py)).unwrap_or(false))
+    value.getattr(pyo3::intern!(py, "transient")).and_then(|t| t.is_truthy()).unwrap_or(false)
 }
