@@ -162,7 +162,9 @@ impl Watchdog {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let next_due = now + hold.ttl() / 3;
-        let due = next_due.min(hold.deadline());
+        // When the scheduler must look at this hold first: its first renewal, or, for a hold
+        // that is not renewed, its deadline (to report it lost), as `tick` plans it.
+        let due = if hold.renew { next_due.min(hold.deadline()) } else { hold.deadline() };
         let due_in = u64::try_from(due.saturating_duration_since(now).as_nanos()).unwrap_or(u64::MAX);
         self.shared.last_due_in.store(due_in, Ordering::Relaxed);
         let hold_ref = Arc::downgrade(hold);

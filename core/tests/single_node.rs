@@ -465,6 +465,25 @@ async fn a_loop_of_short_holds_does_not_wake_the_watchdog_each_time() {
     assert!(ticks < 10, "100 pairs with no other hold alive ran the scheduler {ticks} times");
 }
 
+// The same loop with a lease that is not renewed, the scheduler running while each hold is
+// alive (as it does when the runtime is driven between the calls, as in the Node addon): it
+// plans its next look at the hold's deadline, and an acquire counted the first renewal the hold
+// will never get as due sooner than that: one scheduler run per pair again.
+#[tokio::test]
+async fn a_loop_of_fixed_leases_does_not_wake_the_watchdog_each_time() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let lock = client.lock("wd-lease-loop", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let before = client.watchdog_ticks_for_tests();
+    for _ in 0..100 {
+        let held = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        tokio::task::yield_now().await; // the scheduler runs now if the acquire woke it
+        held.release().await.unwrap();
+    }
+    let ticks = client.watchdog_ticks_for_tests() - before;
+    assert!(ticks < 10, "100 fixed-lease pairs ran the scheduler {ticks} times");
+}
+
 // The watchdog scheduler is woken by an acquire only when the new hold needs it before its next
 // look: a hold due later costs no scheduler run (it used to scan every live hold on each
 // acquire). A hold due sooner is still renewed on time.
