@@ -244,7 +244,7 @@ impl Client {
         opts.validate()?;
         let targets = urls
             .into_iter()
-            .map(|u| Target::parse(u.as_ref(), &opts.tls))
+            .map(|u| Self::redlock_master(u.as_ref(), &opts))
             .collect::<Result<Vec<Target>>>()?;
         let quorum_size = opts.validate_redlock(targets.len())?;
         // One server under two database numbers is one master too: a crash would count twice.
@@ -280,6 +280,21 @@ impl Client {
                 closing: tokio::sync::Notify::new(),
             }),
         })
+    }
+
+    /// One Redlock master: a single server's URL. A Sentinel or Cluster URL names a replicated
+    /// deployment, which is one master for Redlock's purposes, not a list of them: say so rather
+    /// than call the scheme unsupported.
+    fn redlock_master(url: &str, opts: &ClientOptions) -> Result<Target> {
+        let scheme = url.split_once("://").map_or("", |(s, _)| s).to_ascii_lowercase();
+        if scheme.ends_with("+sentinel") || scheme.ends_with("+cluster") {
+            return Err(Error::new(
+                ErrorKind::InvalidUrl,
+                "a Redlock master is one server (redis://, rediss:// or redis+unix://); a redis+sentinel:// or \
+                 redis+cluster:// URL names a replicated deployment, which takes a plain client, not Redlock",
+            ));
+        }
+        Target::parse(url, &opts.tls)
     }
 
     #[cfg(feature = "cluster")]

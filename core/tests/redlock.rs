@@ -1045,6 +1045,15 @@ async fn redlock_configuration_is_validated() {
     bad.redlock_max_inflight = 0;
     assert_eq!(kind(Client::connect_redlock(&urls[..1], bad).await), ErrorKind::InvalidConfig);
     assert_eq!(kind(Client::connect_redlock(["http://x"], o.clone()).await), ErrorKind::InvalidUrl);
+    // A Sentinel or Cluster URL is one replicated deployment, not a master: said so (it read
+    // "unsupported scheme", or "needs the cluster feature" in a build that has it).
+    for url in
+        ["redis+sentinel://127.0.0.1:1/m", "rediss+cluster://127.0.0.1:1", "REDIS+CLUSTER://127.0.0.1:1"]
+    {
+        let e = Client::connect_redlock([url], o.clone()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{url}");
+        assert!(e.message().contains("a Redlock master is one server"), "{url}: {e}");
+    }
     // N = 1 is fine; fewer reachable masters than the quorum is a typed error.
     let one = Client::connect_redlock(&urls[..1], o.clone()).await.unwrap();
     one.lock("cfg", LockOptions::default()).unwrap().acquire(None).await.unwrap().release().await.unwrap();
