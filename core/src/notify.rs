@@ -896,6 +896,69 @@ mod tests {
         s.slot.woken.load(Ordering::Acquire)
     }
 
+    /// Payloads a publisher may send: any bytes, bytes after `G:`, and grant-shaped messages
+    /// with tokens the waiters below hold (or not) and any numbers.
+    fn payload() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..48),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(|b| [b"G:".as_slice(), &b].concat()),
+            ("(aaa|bbb|ccc|a\\{|)", any::<u64>(), proptest::option::of(any::<u64>())).prop_map(
+                |(t, f, l)| {
+                    match l {
+                        Some(l) => format!("G:{t}:{f}:{l}"),
+                        None => format!("G:{t}:{f}"),
+                    }
+                    .into_bytes()
+                }
+            ),
+        ]
+    }
+
+    proptest::proptest! {
+        // Anyone allowed to publish on a lock's channel can send anything there. Every payload is
+        // a release, a grant or nothing; nothing panics (a lease of 2^64 − 1 ms included), and a
+        // waiter bounded by a forged grant's lease still ends its wait by its own bound.
+        #[test]
+        fn any_payload_on_the_channel_is_taken_or_ignored(p in payload()) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+            rt.block_on(async {
+                let n = notifier();
+                let mut w = waiting(&n, 3);
+                w[0].set_token("aaa".into());
+                w[1].set_token("bbb".into());
+                grant(&n, &p);
+                let parsed = parse_grant(&p);
+                if let Some(g) = &parsed {
+                    let sane = g.fence > 0 && !g.token.is_empty() && !g.token.contains(&b'{');
+                    proptest::prop_assert!(sane, "{:?} from {:?}", g, p);
+                }
+                let t0 = tokio::time::Instant::now();
+                for s in &mut w {
+                    s.wait(Duration::from_secs(5)).await;
+                }
+                proptest::prop_assert!(t0.elapsed() <= Duration::from_secs(15));
+                let to_aaa = parsed.as_ref().is_some_and(|g| g.token == b"aaa");
+                proptest::prop_assert_eq!(w[0].take_grant().is_some(), to_aaa);
+                Ok(())
+            })?;
+        }
+
+        #[test]
+        fn a_grant_message_reads_back_as_written(
+            token in "[0-9a-f]{1,40}",
+            fence in 1u64..,
+            lease in proptest::option::of(proptest::prelude::any::<u64>()),
+        ) {
+            let text = match lease {
+                Some(l) => format!("G:{token}:{fence}:{l}"),
+                None => format!("G:{token}:{fence}"),
+            };
+            let g = parse_grant(text.as_bytes());
+            proptest::prop_assert_eq!(g, Some(Grant { token: token.as_bytes(), fence, lease: lease.map(Duration::from_millis) }));
+        }
+    }
+
     /// Waiters that tried and found the lock held, in arrival order.
     fn waiting(n: &Arc<Notifier>, k: usize) -> Vec<Subscription> {
         (0..k)
