@@ -66,3 +66,144 @@ def test_any_name_is_accepted_or_invalid_name(client: ferrolock.Client, name: ob
         client.lock(name, ttl=1)  # type: ignore[arg-type]
     except ferrolock.InvalidNameError:
         assert name in ("", b"") or (isinstance(name, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in name))
+
+
+OPTION_NAMES = [
+    "connect_timeout",
+    "response_timeout",
+    "prefix",
+    "max_name_len",
+    "drift_factor",
+    "drift_min",
+    "watchdog_ttl",
+    "fence_retention",
+    "max_reentrancy",
+    "subscription_linger",
+    "redlock_quorum",
+    "redlock_node_timeout",
+    "redlock_retry_jitter",
+    "redlock_max_inflight",
+]
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    ANY_NUMBER,
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+# Values each option takes in a working client: most cases use them, so that a case with a few
+# options set has a fair chance of being valid as a whole.
+SANE: dict[str, list[object]] = {
+    "connect_timeout": [0.5, 2],
+    "response_timeout": [0.5, 2],
+    "prefix": ["p:", "ü:"],
+    "max_name_len": [64, 65536],
+    "drift_factor": [0.01, 0.2],
+    "drift_min": [0, 0.002],
+    "watchdog_ttl": [5, 30],
+    "fence_retention": [60, 86400],
+    "max_reentrancy": [1, 1024],
+    "subscription_linger": [0, 10],
+    "redlock_quorum": [2, 3],
+    "redlock_node_timeout": [0.05, 1],
+    "redlock_retry_jitter": [0, 0.1],
+    "redlock_max_inflight": [1, 64],
+}
+OPTIONS = st.lists(st.sampled_from(OPTION_NAMES), max_size=4, unique=True).flatmap(
+    lambda keys: st.fixed_dictionaries(
+        {
+            k: st.one_of(st.sampled_from(SANE[k]), st.sampled_from(SANE[k]), st.sampled_from(SANE[k]), ANY_VALUE)
+            for k in keys
+        }
+    )
+)
+REFUSED = (ferrolock.InvalidConfigError, ferrolock.InvalidDurationError, ferrolock.InvalidArgumentError)
+CLOSED_PORTS = ["redis://127.0.0.1:1", "redis://127.0.0.2:1", "redis://127.0.0.3:1"]
+
+
+def _tiny_timeout(options: dict[str, object]) -> bool:
+    """A valid timeout too short for a loaded machine: a timeout, not bad input."""
+    for key in ("connect_timeout", "response_timeout"):
+        v = options.get(key)
+        secs = v.total_seconds() if isinstance(v, timedelta) else v
+        if isinstance(secs, (int, float)) and not isinstance(secs, bool) and 0 < secs < 0.2:
+            return True
+    return False
+
+
+def test_any_client_options_connect_or_are_refused(redis: RedisServer) -> None:
+    """Any option values: a working client, or a refusal before any I/O: a typed error for a bad
+    value, `TypeError` for a value of the wrong type (the README's rule), never anything else."""
+    connected = []
+
+    @settings(max_examples=100, deadline=None)
+    @given(options=OPTIONS)
+    def check(options: dict[str, object]) -> None:
+        if _tiny_timeout(options):
+            return
+        try:
+            c = ferrolock.Client(redis.url, **options)
+        except (*REFUSED, TypeError):
+            pass
+        else:
+            with c.lock("py-test:options", ttl=5):
+                pass
+            c.close()
+            connected.append(options)
+        with pytest.raises((*REFUSED, TypeError, ferrolock.QuorumNotReachedError)):
+            ferrolock.Redlock(CLOSED_PORTS, **options)
+
+    check()
+    # Control: the strategy reaches a server, not only the option checks.
+    assert len(connected) >= 10, f"only {len(connected)} option sets connected"
+
+
+PASSWORD = st.text(
+    alphabet=st.sampled_from(list("abcdefghijklmnopqrstuvwxyz0123456789:@/?#%+&= []!$'*,;") + ["ö", "€", "😀"]),
+    min_size=8,
+    max_size=20,
+)
+
+
+def test_a_url_never_shows_its_password() -> None:
+    """Whatever the URL's shape, no error shows its password, as written or decoded."""
+    from urllib.parse import quote
+
+    reached = []
+
+    @settings(max_examples=50, deadline=None)
+    @given(
+        target=st.one_of(
+            st.just(("redis", "")),
+            st.just(("redis+sentinel", "/mymaster")),
+            st.tuples(
+                st.sampled_from(["redis", "rediss", "redis+sentinel", "redis+cluster", "unix", "http"]),
+                st.sampled_from(["", "/0", "/x", "/mymaster", "/mymaster/x"]),
+            ),
+        ),
+        password=PASSWORD,
+        host=st.sampled_from(["127.0.0.1", "127.0.0.1", "127.0.0.1", "[::1]", "localhost", "", "[::1", "bad host"]),
+        port=st.sampled_from([":1", ":1", ":1", ":0", ":99999", ":x"]),
+    )
+    def check(target: tuple[str, str], password: str, host: str, port: str) -> None:
+        scheme, path = target
+        written = quote(password, safe="")
+        url = f"{scheme}://alice:{written}@{host}{port}{path}"
+        assert written in url  # control: what the check below looks for is in the URL
+        for connect in (
+            lambda: ferrolock.Client(url, connect_timeout=0.5),
+            lambda: ferrolock.Redlock([url], connect_timeout=0.5),
+        ):
+            with pytest.raises(ferrolock.LockError) as info:
+                connect()
+            if isinstance(info.value, (ferrolock.RedisConnectionError, ferrolock.QuorumNotReachedError)):
+                reached.append(url)
+            text = f"{info.value!r} {info.value} {info.value.__dict__!r}"
+            for secret in (password, written):
+                assert secret not in text, f"{url}: the password shows in {text}"
+
+    check()
+    # Control: most URLs get past the parser, to a connect and its error text.
+    assert len(reached) >= 12, f"only {len(reached)} of 100 connects got past the URL parser"

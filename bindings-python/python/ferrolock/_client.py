@@ -134,7 +134,8 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        return repr(self._native)
+        native = getattr(self, "_native", None)  # unset when the constructor raised
+        return repr(native) if native is not None else f"<ferrolock {type(self).__name__}: not connected>"
 
 
 class Redlock(Client):
