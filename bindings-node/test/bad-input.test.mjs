@@ -2,22 +2,17 @@
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { inspect } from 'node:util';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 
-import { startRedis } from './redis.mjs';
+import { serverAndClient, startRedis } from './redis.mjs';
 
 const require = createRequire(import.meta.url);
 const { Client, Redlock } = require('../index.js');
 
 let server;
 let client;
-before(async () => {
-  server = await startRedis();
-  client = await Client.connect(server.url);
-});
-after(async () => {
-  client?.close();
-  await server?.stop();
+serverAndClient(Client, (s, c) => {
+  [server, client] = [s, c];
 });
 
 const BAD_DURATIONS = [-1, NaN, Infinity, -Infinity, 0, 1e15, Number.MAX_VALUE];

@@ -2,9 +2,9 @@
 // cancellation, event loop) against a real redis-server.
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 
-import { sleep, startRedis } from './redis.mjs';
+import { serverAndClient, sleep, startRedis } from './redis.mjs';
 
 const require = createRequire(import.meta.url);
 const { Client } = require('../index.js');
@@ -14,13 +14,8 @@ let client;
 let seq = 0;
 const fresh = (tag) => `node-test:${tag}:${process.pid}:${++seq}`;
 
-before(async () => {
-  server = await startRedis();
-  client = await Client.connect(server.url);
-});
-after(async () => {
-  client?.close();
-  await server?.stop();
+serverAndClient(Client, (s, c) => {
+  [server, client] = [s, c];
 });
 
 describe('contend', () => {

@@ -5,11 +5,11 @@
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { inspect } from 'node:util';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 
 import fc from 'fast-check';
 
-import { startRedis } from './redis.mjs';
+import { serverAndClient } from './redis.mjs';
 
 const require = createRequire(import.meta.url);
 const { Client, Redlock, errorCodes } = require('../index.js');
@@ -18,13 +18,8 @@ const CODES = new Set(errorCodes().map((c) => c.name).filter((n) => n !== 'INTER
 
 let server;
 let client;
-before(async () => {
-  server = await startRedis();
-  client = await Client.connect(server.url);
-});
-after(async () => {
-  client?.close();
-  await server?.stop();
+serverAndClient(Client, (s, c) => {
+  [server, client] = [s, c];
 });
 
 /** `err` is an Error with one of the core's codes: what every refusal must be. */

@@ -2,6 +2,7 @@
 import { execFile, spawn } from 'node:child_process';
 import net from 'node:net';
 import { promisify } from 'node:util';
+import { after, before } from 'node:test';
 
 const run = promisify(execFile);
 const live = new Set();
@@ -59,6 +60,24 @@ export async function startRedis(extra = []) {
     if (!exited) proc.kill('SIGKILL');
   }
   throw new Error('could not start redis-server');
+}
+
+/**
+ * One redis-server and one client of `Client` for a whole test file: started in `before`,
+ * closed and stopped in `after`. `set(server, client)` hands them to the file once both are up.
+ */
+export function serverAndClient(Client, set) {
+  let server;
+  let client;
+  before(async () => {
+    server = await startRedis();
+    client = await Client.connect(server.url);
+    set(server, client);
+  });
+  after(async () => {
+    client?.close();
+    await server?.stop();
+  });
 }
 
 export { sleep };
