@@ -17,6 +17,16 @@ use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions};
 use proptest::prelude::*;
 use proptest::sample::select;
 
+/// A runner for a property written as a plain test (so that it can count its cases); a failure
+/// prints the shrunk case, nothing is saved to a file.
+fn runner(cases: u32) -> proptest::test_runner::TestRunner {
+    proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })
+}
+
 fn block_on<F: Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
 }
@@ -132,11 +142,7 @@ fn outcomes(case: &Case) -> Vec<(String, Option<ErrorKind>)> {
 /// Any URL: a typed error (or a client), and no form of a password in what is said.
 #[test]
 fn a_url_never_echoes_its_password() {
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 150,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(150);
     let connected = std::cell::Cell::new(0);
     runner
         .run(&url_case(), |case| {
@@ -252,11 +258,7 @@ fn client_options() -> impl Strategy<Value = ClientOptions> {
 fn any_client_options_are_refused_or_work() {
     let server = RedisServer::start();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 100,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(100);
     let worked = std::cell::Cell::new(0);
     runner
         .run(&client_options(), |opts| {
@@ -308,11 +310,7 @@ fn any_accepted_name_and_lease_locks_and_releases() {
     );
     let lease = prop_oneof![duration().prop_map(Some), Just(None)];
     let strategy = (names, lease, any::<Option<bool>>(), any::<bool>());
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 120,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(120);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let client = rt.block_on(Client::connect(&server.url(), ClientOptions::default())).unwrap();
     let locked = std::cell::Cell::new(0);
