@@ -359,3 +359,211 @@ fn any_accepted_name_and_lease_locks_and_releases() {
     // Control: the strategy reaches the server, not only the argument checks.
     assert!(locked.get() >= 20, "only {} cases were locked", locked.get());
 }
+
+/// One step of the lock state machine below.
+#[derive(Clone, Debug)]
+enum Op {
+    /// `try_acquire` by owner `o` (0 and 1: two handles of one client; 2: a handle of another).
+    Try(usize),
+    /// Release the `k`-th guard (mod their number) owner `o` ever got: live, released or stale.
+    Release(usize, usize),
+    /// Extend that guard.
+    Extend(usize, usize),
+    /// An administrator's `force_unlock`: the holder's guards go stale.
+    Force,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..3usize).prop_map(Op::Try),
+        4 => (0..3usize, 0..8usize).prop_map(|(o, k)| Op::Release(o, k)),
+        1 => (0..3usize, 0..8usize).prop_map(|(o, k)| Op::Extend(o, k)),
+        1 => Just(Op::Force),
+    ]
+}
+
+/// What each guard is to the model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Level {
+    Live,
+    Released,
+    /// Its hold was force-unlocked (or superseded by a later grant to the same handle).
+    Stale,
+}
+
+/// Any sequence of tries, releases in any order, extensions and forced unlocks by three owners
+/// (two handles of one client, one of another) leaves the server exactly where a model of the
+/// protocol says: who holds, how deep, with which fence; fences grow with every fresh grant; a
+/// released or stale guard changes nothing. Checked after every step with `inspect`.
+#[test]
+fn the_lock_state_machine_matches_its_model() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let url = server.url();
+    let connect = || Client::connect(&url, ClientOptions::default());
+    let (c1, c2) = rt.block_on(async { (connect().await.unwrap(), connect().await.unwrap()) });
+    matches_the_model(&rt, &c1, &c2, 200, false);
+}
+
+/// The same over Redlock (three masters), with one difference the design allows: a master that
+/// falls behind (two requests answered late, docs/REDLOCK.md) gets no re-entry rounds and keeps
+/// a smaller depth until the next release sets every master's count, so `inspect` (the least
+/// depth of a quorum) may read less than the handle's depth, never more and never zero.
+#[test]
+fn the_redlock_state_machine_matches_its_model() {
+    let servers = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // Not a test of timeouts: a loaded machine must not turn a round into QUORUM_NOT_REACHED.
+    let mut opts = ClientOptions::default();
+    opts.redlock_node_timeout = Duration::from_secs(2);
+    let connect = || Client::connect_redlock(&urls, opts.clone());
+    let (c1, c2) = rt.block_on(async { (connect().await.unwrap(), connect().await.unwrap()) });
+    matches_the_model(&rt, &c1, &c2, 100, true);
+}
+
+fn matches_the_model(
+    rt: &tokio::runtime::Runtime,
+    c1: &Client,
+    c2: &Client,
+    cases: u32,
+    lagging_depth: bool,
+) {
+    let seq = std::cell::Cell::new(0u32);
+    let (steps, reentries, stale_calls) =
+        (std::cell::Cell::new(0), std::cell::Cell::new(0), std::cell::Cell::new(0));
+    // Calls through a stale level while the same handle holds the lock again: the case where a
+    // release by token alone would delete the new hold.
+    let stale_over_new = std::cell::Cell::new(0);
+    runner(cases)
+        .run(&proptest::collection::vec(op(), 1..30), |ops| {
+            seq.set(seq.get() + 1);
+            let name = format!("model-{}", seq.get());
+            let opts = LockOptions::lease(Duration::from_secs(60));
+            let locks =
+                [c1.lock(&name, opts).unwrap(), c1.lock(&name, opts).unwrap(), c2.lock(&name, opts).unwrap()];
+            let mut guards: [Vec<(ferrolock::Guard, Level)>; 3] = Default::default();
+            // The model: the holder and its depth, the hold's fence, the highest fence granted.
+            let (mut holder, mut depth, mut fence, mut top) = (None::<usize>, 0u32, 0u64, 0u64);
+            let fail = |what: String| TestCaseError::fail(what);
+            rt.block_on(async {
+                for (i, op) in ops.iter().enumerate() {
+                    steps.set(steps.get() + 1);
+                    let at = format!("step {i} {op:?}");
+                    match *op {
+                        Op::Try(o) => {
+                            let g = locks[o].try_acquire().await.map_err(|e| fail(format!("{at}: {e}")))?;
+                            let expect = holder.is_none() || holder == Some(o);
+                            prop_assert_eq!(g.is_some(), expect, "{}: granted?", at);
+                            if let Some(g) = g {
+                                if holder == Some(o) {
+                                    prop_assert_eq!(g.fence(), fence, "{}: a re-entry keeps the fence", at);
+                                    depth += 1;
+                                    reentries.set(reentries.get() + 1);
+                                } else {
+                                    prop_assert!(
+                                        g.fence() > top,
+                                        "{}: fence {} after {}",
+                                        at,
+                                        g.fence(),
+                                        top
+                                    );
+                                    (holder, depth, fence, top) = (Some(o), 1, g.fence(), g.fence());
+                                    // Levels of this handle's earlier, forced-out hold are stale.
+                                    for l in guards[o].iter_mut().filter(|(_, l)| *l == Level::Live) {
+                                        l.1 = Level::Stale;
+                                    }
+                                }
+                                prop_assert_eq!(g.count(), depth, "{}: the guard's depth", at);
+                                guards[o].push((g, Level::Live));
+                            }
+                        }
+                        Op::Release(o, k) | Op::Extend(o, k) => {
+                            if guards[o].is_empty() {
+                                continue;
+                            }
+                            let n = guards[o].len();
+                            let (g, level) = &mut guards[o][k % n];
+                            let extend = matches!(op, Op::Extend(..));
+                            let r = if extend {
+                                g.extend(Duration::from_secs(60)).await
+                            } else {
+                                g.release().await
+                            };
+                            match *level {
+                                Level::Live => {
+                                    r.map_err(|e| fail(format!("{at}: a live level: {e}")))?;
+                                    if !extend {
+                                        *level = Level::Released;
+                                        depth -= 1;
+                                        if depth == 0 {
+                                            holder = None;
+                                        }
+                                    }
+                                }
+                                Level::Released if !extend => {
+                                    let e = r.err().ok_or_else(|| fail(format!("{at}: released twice")))?;
+                                    prop_assert_eq!(e.kind(), ErrorKind::NotHeld, "{}: {}", at, e);
+                                }
+                                Level::Stale | Level::Released => {
+                                    stale_calls.set(stale_calls.get() + u32::from(*level == Level::Stale));
+                                    let over_new = *level == Level::Stale && holder == Some(o);
+                                    stale_over_new.set(stale_over_new.get() + u32::from(over_new));
+                                    let e = r
+                                        .err()
+                                        .ok_or_else(|| fail(format!("{at}: a {level:?} level worked")))?;
+                                    prop_assert!(
+                                        matches!(e.kind(), ErrorKind::Lost | ErrorKind::NotHeld),
+                                        "{}: {}",
+                                        at,
+                                        e
+                                    );
+                                }
+                            }
+                        }
+                        Op::Force => {
+                            c1.force_unlock(&name).await.map_err(|e| fail(format!("{at}: {e}")))?;
+                            if let Some(h) = holder.take() {
+                                for l in guards[h].iter_mut().filter(|(_, l)| *l == Level::Live) {
+                                    l.1 = Level::Stale;
+                                }
+                            }
+                            depth = 0;
+                        }
+                    }
+                    // The server agrees with the model after every step.
+                    let info = c2.inspect(&name).await.map_err(|e| fail(format!("{at}: inspect: {e}")))?;
+                    match (holder, info) {
+                        (None, None) => {}
+                        (Some(_), Some(info)) if lagging_depth => {
+                            prop_assert_eq!(info.fence, fence, "{}: the hold's fence", at);
+                            prop_assert!(
+                                (1..=depth).contains(&info.count),
+                                "{}: depth {} for {}",
+                                at,
+                                info.count,
+                                depth
+                            );
+                        }
+                        (Some(_), Some(info)) => {
+                            prop_assert_eq!(
+                                (info.count, info.fence),
+                                (depth, fence),
+                                "{}: the server's hold",
+                                at
+                            );
+                        }
+                        (h, info) => prop_assert!(false, "{}: model holder {:?}, server {:?}", at, h, info),
+                    }
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+    // Control: the sequences reach re-entries and stale guards, not only single grants.
+    let seen = (steps.get(), reentries.get(), stale_calls.get(), stale_over_new.get());
+    assert!(
+        seen.0 > 500 && seen.1 > 20 && seen.2 > 5 && seen.3 > 0,
+        "steps, re-entries, stale calls, over a new hold: {seen:?}"
+    );
+}
