@@ -365,6 +365,8 @@ fn any_accepted_name_and_lease_locks_and_releases() {
 enum Op {
     /// `try_acquire` by owner `o` (0 and 1: two handles of one client; 2: a handle of another).
     Try(usize),
+    /// `acquire` with a 10 ms wait: granted at once, or (held by another) `ACQUIRE_TIMEOUT`.
+    Wait(usize),
     /// Release the `k`-th guard (mod their number) owner `o` ever got: live, released or stale.
     Release(usize, usize),
     /// Extend that guard.
@@ -375,7 +377,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..3usize).prop_map(Op::Try),
+        3 => (0..3usize).prop_map(Op::Try),
+        1 => (0..3usize).prop_map(Op::Wait),
         4 => (0..3usize, 0..8usize).prop_map(|(o, k)| Op::Release(o, k)),
         1 => (0..3usize, 0..8usize).prop_map(|(o, k)| Op::Extend(o, k)),
         1 => Just(Op::Force),
@@ -402,7 +405,20 @@ fn the_lock_state_machine_matches_its_model() {
     let url = server.url();
     let connect = || Client::connect(&url, ClientOptions::default());
     let (c1, c2) = rt.block_on(async { (connect().await.unwrap(), connect().await.unwrap()) });
-    matches_the_model(&rt, &c1, &c2, 200, false);
+    matches_the_model(&rt, &c1, &c2, 200, Setup { lagging_depth: false, fair: None });
+}
+
+/// The same in fair mode, where a wait that ends must also leave the server's queue: after
+/// every step the queue and the waiter table are empty (a stale entry would be handed the lock
+/// for an offer nobody takes).
+#[test]
+fn the_fair_lock_state_machine_matches_its_model() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let url = server.url();
+    let connect = || Client::connect(&url, ClientOptions::default());
+    let (c1, c2) = rt.block_on(async { (connect().await.unwrap(), connect().await.unwrap()) });
+    matches_the_model(&rt, &c1, &c2, 100, Setup { lagging_depth: false, fair: Some(&server) });
 }
 
 /// The same over Redlock (three masters), with one difference the design allows: a master that
@@ -419,27 +435,32 @@ fn the_redlock_state_machine_matches_its_model() {
     opts.redlock_node_timeout = Duration::from_secs(2);
     let connect = || Client::connect_redlock(&urls, opts.clone());
     let (c1, c2) = rt.block_on(async { (connect().await.unwrap(), connect().await.unwrap()) });
-    matches_the_model(&rt, &c1, &c2, 100, true);
+    matches_the_model(&rt, &c1, &c2, 100, Setup { lagging_depth: true, fair: None });
 }
 
-fn matches_the_model(
-    rt: &tokio::runtime::Runtime,
-    c1: &Client,
-    c2: &Client,
-    cases: u32,
+/// What differs between the backends of [`matches_the_model`].
+struct Setup<'a> {
+    /// Redlock: `inspect` may read a depth below the handle's (see the Redlock test).
     lagging_depth: bool,
-) {
+    /// Fair mode, on this server: its queue keys are checked too.
+    fair: Option<&'a RedisServer>,
+}
+
+fn matches_the_model(rt: &tokio::runtime::Runtime, c1: &Client, c2: &Client, cases: u32, setup: Setup<'_>) {
+    let Setup { lagging_depth, fair } = setup;
     let seq = std::cell::Cell::new(0u32);
     let (steps, reentries, stale_calls) =
         (std::cell::Cell::new(0), std::cell::Cell::new(0), std::cell::Cell::new(0));
     // Calls through a stale level while the same handle holds the lock again: the case where a
     // release by token alone would delete the new hold.
     let stale_over_new = std::cell::Cell::new(0);
+    // Waits that ended unanswered (fair mode: after joining the queue).
+    let timeouts = std::cell::Cell::new(0);
     runner(cases)
         .run(&proptest::collection::vec(op(), 1..30), |ops| {
             seq.set(seq.get() + 1);
             let name = format!("model-{}", seq.get());
-            let opts = LockOptions::lease(Duration::from_secs(60));
+            let opts = LockOptions::lease(Duration::from_secs(60)).with_fair(fair.is_some());
             let locks =
                 [c1.lock(&name, opts).unwrap(), c1.lock(&name, opts).unwrap(), c2.lock(&name, opts).unwrap()];
             let mut guards: [Vec<(ferrolock::Guard, Level)>; 3] = Default::default();
@@ -451,9 +472,20 @@ fn matches_the_model(
                     steps.set(steps.get() + 1);
                     let at = format!("step {i} {op:?}");
                     match *op {
-                        Op::Try(o) => {
-                            let g = locks[o].try_acquire().await.map_err(|e| fail(format!("{at}: {e}")))?;
+                        Op::Try(o) | Op::Wait(o) => {
                             let expect = holder.is_none() || holder == Some(o);
+                            let g = if matches!(op, Op::Wait(_)) {
+                                match locks[o].acquire(Some(Duration::from_millis(10))).await {
+                                    Ok(g) => Some(g),
+                                    Err(e) if e.kind() == ErrorKind::AcquireTimeout && !expect => {
+                                        timeouts.set(timeouts.get() + 1);
+                                        None
+                                    }
+                                    Err(e) => return Err(fail(format!("{at}: {e}"))),
+                                }
+                            } else {
+                                locks[o].try_acquire().await.map_err(|e| fail(format!("{at}: {e}")))?
+                            };
                             prop_assert_eq!(g.is_some(), expect, "{}: granted?", at);
                             if let Some(g) = g {
                                 if holder == Some(o) {
@@ -555,15 +587,21 @@ fn matches_the_model(
                         }
                         (h, info) => prop_assert!(false, "{}: model holder {:?}, server {:?}", at, h, info),
                     }
+                    if let Some(server) = fair {
+                        let key = |suffix: &str| format!("ferrolock:{{{name}}}:{suffix}");
+                        let queued: (i64, i64) =
+                            (server.cmd(&["LLEN", &key("queue")]), server.cmd(&["HLEN", &key("waiters")]));
+                        prop_assert_eq!(queued, (0, 0), "{}: waiters left in the queue", at);
+                    }
                 }
                 Ok(())
             })
         })
         .unwrap();
     // Control: the sequences reach re-entries and stale guards, not only single grants.
-    let seen = (steps.get(), reentries.get(), stale_calls.get(), stale_over_new.get());
+    let seen = (steps.get(), reentries.get(), stale_calls.get(), stale_over_new.get(), timeouts.get());
     assert!(
-        seen.0 > 500 && seen.1 > 20 && seen.2 > 5 && seen.3 > 0,
-        "steps, re-entries, stale calls, over a new hold: {seen:?}"
+        seen.0 > 250 && seen.1 > 10 && seen.2 > 3 && seen.3 > 0 && seen.4 > 10,
+        "steps, re-entries, stale calls, over a new hold, waits timed out: {seen:?}"
     );
 }
