@@ -1,16 +1,19 @@
-"""The sync ``Lock`` as a state machine (hypothesis): random tries, short waits, releases of any
-level in any order (``Held.release``) or of the innermost (``lock.release``), extensions, calls
-through released and force-unlocked levels and ``force_unlock``, by three owners: two ``Lock``
-objects in this thread and one of them in another thread. After every step the server must be
-where a model says: who holds, how deep, with which fence (growing with every fresh grant).
-The core has the same property (core/tests/properties.rs); this one covers the binding's own
-bookkeeping: per-thread owners, the stack behind ``lock.release()``, ``Held`` objects."""
+"""``Lock`` and ``AsyncLock`` as state machines (hypothesis): random tries, short waits, releases
+of any level in any order (``release`` of a held level) or of the innermost (``lock.release``),
+extensions, calls through released and force-unlocked levels and ``force_unlock``, by three
+owners: two lock objects used from one thread (task) and one of them from another thread (task).
+After every step the server must be where a model says: who holds, how deep, with which fence
+(growing with every fresh grant). The core has the same property (core/tests/properties.rs);
+this one covers the binding's own bookkeeping: per-thread and per-task owners, the stack behind
+``lock.release()``, ``Held`` and ``AsyncHeld`` objects."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -20,30 +23,25 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import ferrolock
 from conftest import RedisServer
 
-OWNERS = 3  # 0, 1: two Lock objects used from this thread; 2: lock 0 used from another thread
+OWNERS = 3  # 0, 1: two lock objects used from one thread (task); 2: lock 0 from another
 LIVE, RELEASED, STALE = "live", "released", "stale"
 _names = itertools.count()
 
 
-class LockModel(RuleBasedStateMachine):
-    client: ferrolock.Client
-    other: ThreadPoolExecutor
-    counts: Dict[str, int]
+class Threads:
+    """The sync face: owners 0 and 1 in this thread, owner 2 in another."""
 
-    @initialize()
-    def start(self) -> None:
-        self.name = f"py-model:{next(_names)}"
-        first = self.client.lock(self.name, ttl=60)
-        self.locks = [first, self.client.lock(self.name, ttl=60), first]
-        # Per owner: every Held it got, with what the model says it is.
-        self.levels: List[List[List[Any]]] = [[] for _ in range(OWNERS)]
-        self.holder: Optional[int] = None
-        self.depth = 0
-        self.fence = 0
-        self.top = 0
+    held_type: type = ferrolock.Held
+
+    def __init__(self, url: str) -> None:
+        self.client = ferrolock.Client.connect(url)
+        self.other = ThreadPoolExecutor(1)
+
+    def lock(self, name: str) -> Any:
+        return self.client.lock(name, ttl=60)
 
     def on(self, owner: int, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` as ``owner``: owner 2 in the other thread. Returns its result or exception."""
+        """``fn()`` as ``owner``: its result, or the ``LockError`` it raised."""
 
         def call() -> Any:
             try:
@@ -53,7 +51,96 @@ class LockModel(RuleBasedStateMachine):
 
         return self.other.submit(call).result(30) if owner == 2 else call()
 
-    def granted(self, owner: int, held: ferrolock.Held) -> None:
+    def inspect(self, name: str) -> Optional[ferrolock.LockInfo]:
+        return self.client.inspect(name)
+
+    def force_unlock(self, name: str) -> None:
+        self.client.force_unlock(name)
+
+    def close(self) -> None:
+        self.client.close()
+        self.other.shutdown()
+
+
+class Tasks:
+    """The asyncio face: an event loop in its own thread with two long-lived tasks; owners 0 and
+    1 run in the first, owner 2 in the second (owners are tasks)."""
+
+    held_type: type = ferrolock.AsyncHeld
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.client: ferrolock.AsyncClient = self.run(ferrolock.AsyncClient.connect(url))
+        self.queues: List["asyncio.Queue[Any]"] = [self.run(self._queue()) for _ in range(2)]
+        for q in self.queues:
+            asyncio.run_coroutine_threadsafe(self._worker(q), self.loop)
+
+    def run(self, coro: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)  # type: ignore[arg-type]
+
+    async def _queue(self) -> "asyncio.Queue[Any]":
+        return asyncio.Queue()
+
+    async def _worker(self, q: "asyncio.Queue[Any]") -> None:
+        while True:
+            fn, fut = await q.get()
+            if fn is None:
+                return
+            try:
+                fut.set_result(await fn())
+            except ferrolock.LockError as e:
+                fut.set_result(e)
+            except BaseException as e:  # noqa: BLE001 - handed to the test thread
+                fut.set_exception(e)
+
+    def lock(self, name: str) -> Any:
+        return self.client.lock(name, ttl=60)
+
+    def on(self, owner: int, fn: Callable[[], Any]) -> Any:
+        async def call() -> Any:
+            r = fn()
+            return await r if asyncio.iscoroutine(r) else r
+
+        fut: "Future[Any]" = Future()
+        self.loop.call_soon_threadsafe(self.queues[owner // 2].put_nowait, (call, fut))
+        return fut.result(30)
+
+    def inspect(self, name: str) -> Optional[ferrolock.LockInfo]:
+        return self.run(self.client.inspect(name))
+
+    def force_unlock(self, name: str) -> None:
+        self.run(self.client.force_unlock(name))
+
+    def close(self) -> None:
+        for q in self.queues:
+            self.loop.call_soon_threadsafe(q.put_nowait, (None, None))
+        self.client.close()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+class LockModel(RuleBasedStateMachine):
+    face: Any  # Threads or Tasks
+    counts: Dict[str, int]
+
+    @initialize()
+    def start(self) -> None:
+        self.name = f"py-model:{next(_names)}"
+        first = self.face.lock(self.name)
+        self.locks = [first, self.face.lock(self.name), first]
+        # Per owner: every Held it got, with what the model says it is.
+        self.levels: List[List[List[Any]]] = [[] for _ in range(OWNERS)]
+        self.holder: Optional[int] = None
+        self.depth = 0
+        self.fence = 0
+        self.top = 0
+
+    def on(self, owner: int, fn: Callable[[], Any]) -> Any:
+        return self.face.on(owner, fn)
+
+    def granted(self, owner: int, held: Any) -> None:
         if self.holder == owner:
             assert held.fence == self.fence, "a re-entry keeps the fence"
             self.depth += 1
@@ -78,7 +165,7 @@ class LockModel(RuleBasedStateMachine):
         lock = self.locks[owner]
         r = self.on(owner, (lambda: lock.acquire(wait=0.01)) if wait else lock.try_acquire)
         free = self.holder is None or self.holder == owner
-        if isinstance(r, ferrolock.Held):
+        if isinstance(r, self.face.held_type):
             assert free, f"granted while owner {self.holder} holds"
             self.granted(owner, r)
         elif wait:
@@ -92,7 +179,7 @@ class LockModel(RuleBasedStateMachine):
         if not self.levels[owner]:
             return
         level = self.levels[owner][k % len(self.levels[owner])]
-        held: ferrolock.Held = level[0]
+        held = level[0]
         r = self.on(owner, (lambda: held.extend(60)) if extend else held.release)
         if level[1] == LIVE:
             assert not isinstance(r, ferrolock.LockError), repr(r)
@@ -123,7 +210,7 @@ class LockModel(RuleBasedStateMachine):
 
     @rule()
     def force_unlock(self) -> None:
-        self.client.force_unlock(self.name)
+        self.face.force_unlock(self.name)
         if self.holder is not None:
             for level in self.levels[self.holder]:
                 if level[1] == LIVE:
@@ -134,7 +221,7 @@ class LockModel(RuleBasedStateMachine):
     def the_server_agrees(self) -> None:
         if not hasattr(self, "name"):
             return
-        info = self.client.inspect(self.name)
+        info = self.face.inspect(self.name)
         if self.holder is None:
             assert info is None, f"model: free; server: {info!r}"
         else:
@@ -144,20 +231,21 @@ class LockModel(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         if hasattr(self, "name"):
-            self.client.force_unlock(self.name)
+            self.face.force_unlock(self.name)
 
 
-def test_the_sync_lock_matches_its_model(redis: RedisServer) -> None:
-    client = ferrolock.Client.connect(redis.url)
+@pytest.mark.parametrize("face", [Threads, Tasks])
+def test_the_lock_matches_its_model(redis: RedisServer, face: Callable[[str], Any]) -> None:
     counts = {"steps": 0, "reentries": 0, "timeouts": 0, "stale calls": 0}
-    with ThreadPoolExecutor(1) as other:
-        LockModel.client, LockModel.other, LockModel.counts = client, other, counts
+    LockModel.face, LockModel.counts = face(redis.url), counts
+    try:
         run: Any = LockModel.TestCase
         run.settings = settings(
             max_examples=60, stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck)
         )
         run().runTest()
-    client.close()
+    finally:
+        LockModel.face.close()
     # Control: the sequences reach re-entries, timed-out waits and stale levels.
     assert counts["steps"] > 300 and counts["reentries"] > 10, counts
     assert counts["timeouts"] > 5 and counts["stale calls"] > 3, counts
