@@ -77,7 +77,7 @@ test('lock(name, options): a Lock that works, or a coded refusal', async () => {
     }),
     { numRuns: 300 },
   );
-  assert.ok(worked >= 15, `only ${worked} locks were taken: the property hardly reached the server`);
+  assert.ok(worked >= 10, `only ${worked} locks were taken: the property hardly reached the server`);
 });
 
 test('acquire(options), extend(ttl), ensure(margin): used or refused with a code', async () => {
@@ -103,30 +103,40 @@ test('acquire(options), extend(ttl), ensure(margin): used or refused with a code
     ),
     { numRuns: 200 },
   );
-  assert.ok(acquired >= 20, `only ${acquired} acquires went through`);
+  assert.ok(acquired >= 15, `only ${acquired} acquires went through`);
 });
 
+// Values each option takes in a working client: most cases use them, and a case sets at most
+// three options, so that a fair share of cases is valid as a whole and reaches a server.
+const SANE = {
+  connectTimeout: [500, 2000],
+  responseTimeout: [500, 2000],
+  prefix: ['p:', 'ü:'],
+  maxNameLen: [64, 65536],
+  driftFactor: [0.01, 0.2],
+  driftMin: [0, 2],
+  watchdogTtl: [5000, 30000],
+  fenceRetention: [60000, 86400000],
+  maxReentrancy: [1, 1024],
+  subscriptionLinger: [0, 10000],
+  redlockQuorum: [2, 3],
+  redlockNodeTimeout: [50, 1000],
+  redlockRetryJitter: [0, 100],
+  redlockMaxInflight: [1, 64],
+};
 const clientOptions = fc.oneof(
-  anyValue,
-  fc.record(
-    {
-      connectTimeout: field(edgeNumber),
-      responseTimeout: field(edgeNumber),
-      prefix: field(fc.string({ maxLength: 8 })),
-      maxNameLen: field(edgeNumber),
-      driftFactor: field(edgeNumber),
-      driftMin: field(edgeNumber),
-      watchdogTtl: field(edgeNumber),
-      fenceRetention: field(edgeNumber),
-      maxReentrancy: field(edgeNumber),
-      subscriptionLinger: field(edgeNumber),
-      redlockQuorum: field(edgeNumber),
-      redlockNodeTimeout: field(edgeNumber),
-      redlockRetryJitter: field(edgeNumber),
-      redlockMaxInflight: field(edgeNumber),
-    },
-    { requiredKeys: [] },
-  ),
+  { weight: 1, arbitrary: anyValue },
+  {
+    weight: 3,
+    arbitrary: fc
+      .uniqueArray(fc.constantFrom(...Object.keys(SANE)), { maxLength: 3 })
+      .chain((keys) =>
+        fc.record(Object.fromEntries(keys.map((k) => [k, fc.oneof(
+          { weight: 4, arbitrary: fc.constantFrom(...SANE[k]) },
+          { weight: 1, arbitrary: fc.oneof(edgeNumber, anyValue) },
+        )]))),
+      ),
+  },
 );
 
 test('Client.connect / Redlock.connect with any options: a client, or a coded refusal', async () => {
@@ -149,7 +159,7 @@ test('Client.connect / Redlock.connect with any options: a client, or a coded re
     }),
     { numRuns: 200 },
   );
-  assert.ok(connected >= 10, `only ${connected} option sets connected`);
+  assert.ok(connected >= 40, `only ${connected} option sets connected`);
 });
 
 // A password mixing URL delimiters, '%', spaces and non-ASCII, percent-encoded into the URL.

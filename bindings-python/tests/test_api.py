@@ -138,7 +138,8 @@ def test_any_client_options_connect_or_are_refused(redis: RedisServer) -> None:
     value, `TypeError` for a value of the wrong type (the README's rule), never anything else."""
     connected = []
 
-    @settings(max_examples=100, deadline=None)
+    # derandomize: the same cases each run, so that the control below cannot flake.
+    @settings(max_examples=100, deadline=None, derandomize=True)
     @given(options=OPTIONS)
     def check(options: dict[str, object]) -> None:
         if _tiny_timeout(options):
@@ -173,7 +174,7 @@ def test_a_url_never_shows_its_password() -> None:
 
     reached = []
 
-    @settings(max_examples=50, deadline=None)
+    @settings(max_examples=50, deadline=None, derandomize=True)  # the control below cannot flake
     @given(
         target=st.one_of(
             st.just(("redis", "")),

@@ -241,7 +241,14 @@ def test_the_lock_matches_its_model(redis: RedisServer, face: Callable[[str], An
     try:
         run: Any = LockModel.TestCase
         run.settings = settings(
-            max_examples=60, stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck)
+            max_examples=60,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            # The same sequences each run (hypothesis's choice of rules is heavy-tailed: a random
+            # run can make almost no re-entries), so that the control below cannot flake. Run
+            # with derandomize=False and more examples to explore.
+            derandomize=True,
         )
         run().runTest()
     finally:
