@@ -1266,6 +1266,10 @@ fn nemesis(ctx: &Ctx, fault: Fault, masters: usize, seed: u64) {
                 std::thread::sleep(ttl * 2);
                 signal(h.pid, libc::SIGCONT);
                 ctx.log("pause_holder", "cont", json!({"pid": h.pid, "client": h.client, "fence": h.fence}));
+                // Claimed a little longer, for its late write: another fault (w2-crash's kill)
+                // must not take it first. Seen: a kill 6 ms after the resume left a control with
+                // 1 overlap and 0 undetected.
+                std::thread::sleep(Duration::from_millis(100));
                 ctx.unclaim(h.pid);
             }
         }
