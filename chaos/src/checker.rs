@@ -1447,6 +1447,29 @@ mod tests {
     }
 
     #[test]
+    fn redlock_a_hold_that_came_and_went_while_the_probe_stalled_is_not_a_loss() {
+        // 5 masters, quorum 3. Nodes 0-2 read empty at 90 ms; the probe then stalls until
+        // 118 ms, while "a" is granted at 100 ms on all five and released at 110 ms; at 125 ms
+        // "b" holds nodes 0-2. Nodes 3 and 4 were seen holding "a".
+        let mut probes = Vec::new();
+        for n in 0..5 {
+            probes.push(ob(n, 90, None, "", -2));
+            probes.push(ob(n, 125, Some(101), "b", 1000));
+        }
+        probes.extend([ob(3, 101, Some(100), "a", 999), ob(4, 101, Some(100), "a", 999)]);
+        let a = [cs("a", 100, ms(95), ms(100), ms(110), ms(112))];
+        // Control: without a line for the stall, nodes 0-2 read as empty all through the hold.
+        let want = QuorumLoss { at: ms(100), nodes: vec![0, 1, 2] };
+        assert_eq!(lost(&probes, &a, 5, 3), BTreeMap::from([(0, want)]));
+        // The probe writes one when a poll ends over MAX_GAP_NS after the previous send: the
+        // empty state is then certain only up to the poll before the stall.
+        for n in 0..3 {
+            probes.push(Obs { t_prev: Some(ms(89)), ..ob(n, 118, None, "", -2) });
+        }
+        assert!(lost(&probes, &a, 5, 3).is_empty());
+    }
+
+    #[test]
     fn redlock_one_master_of_three_gone_is_not_a_loss() {
         let probes = [
             ob(0, 10, Some(100), "a", 1000),

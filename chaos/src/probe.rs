@@ -5,7 +5,9 @@
 //!   `{"node","t_send","t_recv","t_prev_send","fence","owner","pttl"}` in `probe.jsonl`; the
 //!   key's real expiry lies in `[t_send + pttl, t_recv + pttl + 1 ms]`, and the change happened
 //!   after `t_prev_send`, when the previous poll (which still saw the old state) was sent (null
-//!   after a reconnect).
+//!   after a reconnect). A poll that ends more than [`MAX_GAP_NS`] after the previous one was sent
+//!   (the probe was descheduled) is recorded even when nothing changed: a hold can come and go
+//!   unseen in such a gap, so the old line's state is certain only up to the poll before it;
 //!   The owner (token) tells the holds of one grant apart on the masters of a Redlock, whose
 //!   `fence` fields differ until the grant's fence is written back;
 //! - the **command recorder** runs `MONITOR` and keeps every `EVAL`/`EVALSHA` line as
@@ -28,7 +30,27 @@ use crate::resp::{Conn, Val};
 const PROBE: &str = "return {redis.call('hget', KEYS[1], 'fence') or false, redis.call('pttl', KEYS[1]), \
                      redis.call('hget', KEYS[1], 'owner') or false}";
 
-/// Poll `hold_key` on `addr` until `stop`; append changes to `out`.
+/// The longest time from one poll's send to the next one's reply in which the probe still
+/// vouches for "no change in between" (see [`record`]). Every hold a client keeps lasts longer:
+/// a critical section works at least 5 ms between its fenced read and write, and a master
+/// holds the lock from before the grant until after the release is invoked.
+pub const MAX_GAP_NS: u64 = 5_000_000;
+
+/// What one poll read: fence, expiry (reply time + PTTL, ns) and owner.
+type State = (Option<u64>, u64, Option<String>);
+
+/// Whether a poll (sent at `t_send`, answered at `t_recv`) gets a line: its holder differs from
+/// the last line's, its expiry moved by more than 3 ms (a renewal), or it ends more than
+/// [`MAX_GAP_NS`] after the previous poll was sent, so a hold may have come and gone between
+/// them unseen.
+fn record(last: Option<&State>, prev_send: Option<u64>, t_recv: u64, now: &State) -> bool {
+    let Some((f, e, o)) = last else { return true };
+    let (fence, expiry, owner) = now;
+    let changed = f != fence || o != owner || (fence.is_some() && e.abs_diff(*expiry) > 3_000_000);
+    changed || prev_send.is_some_and(|p| t_recv.saturating_sub(p) > MAX_GAP_NS)
+}
+
+/// Poll `hold_key` on `addr` every `every` until `stop`; append changes to `out`.
 pub fn expiry_probe(
     node: usize,
     addr: String,
@@ -37,7 +59,7 @@ pub fn expiry_probe(
     out: Arc<Mutex<File>>,
     stop: Arc<AtomicBool>,
 ) {
-    let mut last: Option<(Option<u64>, u64, Option<String>)> = None;
+    let mut last: Option<State> = None;
     let mut prev_send: Option<u64> = None;
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut c) = Conn::connect(&addr, Duration::from_millis(200)) else {
@@ -55,18 +77,11 @@ pub fn expiry_probe(
                     Some(Val::Bulk(Some(b))) => Some(String::from_utf8_lossy(b).into_owned()),
                     _ => None,
                 };
-                // Record changes of holder, and expiry moves of more than 3 ms (renewals).
-                let expiry = t_recv + (pttl.max(0) as u64) * 1_000_000;
-                let changed = match &last {
-                    None => true,
-                    Some((f, e, o)) => {
-                        *f != fence || *o != owner || (fence.is_some() && e.abs_diff(expiry) > 3_000_000)
-                    }
-                };
-                if changed {
+                let now = (fence, t_recv + (pttl.max(0) as u64) * 1_000_000, owner);
+                if record(last.as_ref(), prev_send, t_recv, &now) {
                     let line = json!({"node": node, "t_send": t_send, "t_recv": t_recv, "t_prev_send": prev_send,
-                                      "fence": fence, "owner": owner, "pttl": pttl});
-                    last = Some((fence, expiry, owner));
+                                      "fence": now.0, "owner": now.2, "pttl": pttl});
+                    last = Some(now);
                     let mut f = out.lock().unwrap_or_else(|p| p.into_inner());
                     let _ = writeln!(f, "{line}");
                 }
@@ -144,4 +159,31 @@ pub fn parse_monitor_args(line: &str) -> Vec<String> {
         out.push(s);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_poll_is_recorded_on_a_change_or_after_a_gap() {
+        let held = (Some(7), 1000 * MS, Some("a".to_owned()));
+        let gone = (None, 10 * MS, None);
+        // The first poll, and any change of holder.
+        assert!(record(None, None, 10 * MS, &gone));
+        assert!(record(Some(&gone), Some(8 * MS), 10 * MS, &held));
+        assert!(record(Some(&held), Some(8 * MS), 10 * MS, &gone));
+        // The same state 2 ms apart: nothing to write; an expiry moved 4 ms is a renewal.
+        assert!(!record(Some(&gone), Some(8 * MS), 10 * MS, &(None, 12 * MS, None)));
+        assert!(!record(Some(&held), Some(8 * MS), 10 * MS, &(Some(7), 1002 * MS, Some("a".to_owned()))));
+        assert!(record(Some(&held), Some(8 * MS), 10 * MS, &(Some(7), 1004 * MS, Some("a".to_owned()))));
+        // The same state after a stall (reply 5.5 ms after the previous send): a hold of 5 ms
+        // could have come and gone in between, so the line is written.
+        assert!(record(Some(&gone), Some(8 * MS), 8 * MS + MAX_GAP_NS + MS / 2, &gone));
+        assert!(!record(Some(&gone), Some(8 * MS), 8 * MS + MAX_GAP_NS, &gone));
+        // After a reconnect (no previous poll) only a change counts.
+        assert!(!record(Some(&gone), None, 100 * MS, &gone));
+    }
 }

@@ -958,7 +958,9 @@ fn run_one(s: &Suite, sc: &Scenario, control: bool, seed: u64, versions: &Value)
     for (node, a) in addrs.iter().enumerate() {
         let (a1, a2, p, m, st1, st2) =
             (a.clone(), a.clone(), probe_out.clone(), mon_out.clone(), obs_stop.clone(), obs_stop.clone());
-        let every = Duration::from_millis(if sc.masters > 1 { 5 } else { 2 });
+        // Every 2 ms, so a poll ends within probe::MAX_GAP_NS of the previous one's send unless
+        // the probe is descheduled (then it writes a line to say so).
+        let every = Duration::from_millis(2);
         observers.push(std::thread::spawn(move || {
             probe::expiry_probe(node, a1, format!("ferrolock:{{{LOCK}}}"), every, p, st1)
         }));
