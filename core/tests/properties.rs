@@ -400,12 +400,7 @@ enum Level {
 /// released or stale guard changes nothing. Checked after every step with `inspect`.
 #[test]
 fn the_lock_state_machine_matches_its_model() {
-    let server = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let url = server.url();
-    let connect = || Client::connect(&url, ClientOptions::default());
-    let (c1, c2) = rt.block_on(async { (connect().await.unwrap(), connect().await.unwrap()) });
-    matches_the_model(&rt, &c1, &c2, 200, Setup { lagging_depth: false, fair: None });
+    single_server_model(200, false);
 }
 
 /// The same in fair mode, where a wait that ends must also leave the server's queue: after
@@ -413,12 +408,17 @@ fn the_lock_state_machine_matches_its_model() {
 /// for an offer nobody takes).
 #[test]
 fn the_fair_lock_state_machine_matches_its_model() {
+    single_server_model(100, true);
+}
+
+/// [`matches_the_model`] on one server, with two clients of it.
+fn single_server_model(cases: u32, fair: bool) {
     let server = RedisServer::start();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let url = server.url();
     let connect = || Client::connect(&url, ClientOptions::default());
     let (c1, c2) = rt.block_on(async { (connect().await.unwrap(), connect().await.unwrap()) });
-    matches_the_model(&rt, &c1, &c2, 100, Setup { lagging_depth: false, fair: Some(&server) });
+    matches_the_model(&rt, &c1, &c2, cases, Setup { lagging_depth: false, fair: fair.then_some(&server) });
 }
 
 /// The same over Redlock (three masters), with one difference the design allows: a master that
