@@ -661,6 +661,19 @@ fn quorum_lost(
     out
 }
 
+/// How well the probe kept up: its lines, and those that follow a gap over
+/// [`crate::probe::MAX_GAP_NS`] since the previous poll (the state before a gap is certain only
+/// up to it), with the longest gap. Many gaps mean a starved probe and fewer provable losses.
+fn probe_health(probes: &[Obs]) -> Value {
+    let gaps: Vec<u64> = probes
+        .iter()
+        .filter_map(|o| Some(o.t_recv.saturating_sub(o.t_prev?)))
+        .filter(|&g| g > crate::probe::MAX_GAP_NS)
+        .collect();
+    json!({"lines": probes.len(), "lines_after_a_gap": gaps.len(),
+           "longest_gap_ms": gaps.iter().max().map(|&g| round(g as f64 / MS))})
+}
+
 /// Everything the checker concludes about one run directory.
 pub fn check_run(dir: &Path) -> Value {
     let cfg: Value = std::fs::read_to_string(dir.join("run.json"))
@@ -996,6 +1009,7 @@ pub fn check_run(dir: &Path) -> Value {
             "probe_quorum_examples": probe_examples,
         },
         "cancelled_acquires": cancelled,
+        "probe": probe_health(&probes),
         "hold_without_holder_ms": {
             "max": unowned_max.map(round),
             "examples": unowned.iter().filter(|u| u.1 > ttl_ms).take(5).map(|u| json!({"fence": u.0, "ms": round(u.1)})).collect::<Vec<_>>(),

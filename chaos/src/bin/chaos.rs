@@ -531,6 +531,13 @@ fn suite(args: &[String]) {
                         );
                     }
                 }
+                // Enough evidence in the log to start on a failure whose run directory is gone
+                // (a CI machine's).
+                let missed = &f["lost_notifications"]["missed_examples"];
+                if missed.as_array().is_some_and(|m| !m.is_empty()) {
+                    eprintln!("chaos:     missed lost-lock reports: {missed}");
+                }
+                eprintln!("chaos:     probe: {}; run directory {}", f["probe"], summary["dir"]);
             }
             runs.push(summary);
         }
