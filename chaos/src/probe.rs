@@ -7,7 +7,7 @@
 //!   after `t_prev_send`, when the previous poll (which still saw the old state) was sent (null
 //!   after a reconnect). A poll that ends more than [`MAX_GAP_NS`] after the previous one was sent
 //!   (the probe was descheduled) is recorded even when nothing changed: a hold can come and go
-//!   unseen in such a gap, so the old line's state is certain only up to the poll before it;
+//!   unseen in such a gap, so the old line's state is certain only up to the poll before it.
 //!   The owner (token) tells the holds of one grant apart on the masters of a Redlock, whose
 //!   `fence` fields differ until the grant's fence is written back;
 //! - the **command recorder** runs `MONITOR` and keeps every `EVAL`/`EVALSHA` line as
@@ -31,7 +31,7 @@ const PROBE: &str = "return {redis.call('hget', KEYS[1], 'fence') or false, redi
                      redis.call('hget', KEYS[1], 'owner') or false}";
 
 /// The longest time from one poll's send to the next one's reply in which the probe still
-/// vouches for "no change in between" (see [`record`]). Every hold a client keeps lasts longer:
+/// vouches for "no change in between" (see `record`). Every hold a client keeps lasts longer:
 /// a critical section works at least 5 ms between its fenced read and write, and a master
 /// holds the lock from before the grant until after the release is invoked.
 pub const MAX_GAP_NS: u64 = 5_000_000;
@@ -39,7 +39,7 @@ pub const MAX_GAP_NS: u64 = 5_000_000;
 /// What one poll read: fence, expiry (reply time + PTTL, ns) and owner.
 type State = (Option<u64>, u64, Option<String>);
 
-/// Whether a poll (sent at `t_send`, answered at `t_recv`) gets a line: its holder differs from
+/// Whether a poll answered at `t_recv` gets a line: its holder differs from
 /// the last line's, its expiry moved by more than 3 ms (a renewal), or it ends more than
 /// [`MAX_GAP_NS`] after the previous poll was sent, so a hold may have come and gone between
 /// them unseen.
