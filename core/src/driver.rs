@@ -223,6 +223,7 @@ impl Driver {
 
     /// The background thread: drives the runtime whenever no caller does.
     fn background(&'static self) {
+        block_sigpipe();
         let mut st = self.lock();
         loop {
             st.bg_driving = true;
@@ -251,6 +252,28 @@ impl Driver {
     }
 }
 
+/// Block SIGPIPE on this thread. The background thread writes to the servers' sockets (watchdog
+/// renewals, notifications, reconnects), and a write to a connection the server has reset
+/// raises SIGPIPE on the writing thread unless the write says `MSG_NOSIGNAL`, which the
+/// vectored writes under redis-rs's connections do not. Where the process has not ignored
+/// SIGPIPE (a C program's default; in a Go program this thread is not Go's, so the Go runtime
+/// does not ignore it for us), that kills the process. Blocked, the signal stays pending on
+/// this thread alone and the write fails with `EPIPE`, which the connection handles as the
+/// lost connection it is. Python, Node and Rust programs ignore SIGPIPE already; threads that
+/// call in and drive the runtime themselves are the caller's (a Go caller's are Go's, which
+/// ignore it on sockets).
+fn block_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: the set is a local initialised by sigemptyset; pthread_sigmask changes this
+    // thread's mask only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,6 +295,31 @@ mod tests {
         assert_eq!(got, Some("done"));
         // A panicking task yields None rather than hanging the waiter.
         assert_eq!(d.spawn_and_wait(async { panic!("boom") as u8 }), None);
+    }
+
+    /// Whether SIGPIPE is blocked on the calling thread.
+    #[cfg(unix)]
+    fn sigpipe_blocked() -> bool {
+        // SAFETY: reads this thread's mask into a local set.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+            libc::sigismember(&set, libc::SIGPIPE) == 1
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_background_thread_blocks_sigpipe_and_callers_keep_their_mask() {
+        let d = Driver::start("ferrolock-test").expect("driver");
+        // Control: this test thread, like any caller, has it unblocked (and keeps it so).
+        assert!(!sigpipe_blocked());
+        d.drive(async {});
+        assert!(!sigpipe_blocked());
+        // Work nobody drives runs on the background thread.
+        let (tx, rx) = std::sync::mpsc::channel();
+        d.spawn(async move { tx.send(sigpipe_blocked()).unwrap() });
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true));
     }
 
     #[test]
