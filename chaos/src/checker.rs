@@ -33,6 +33,8 @@ pub struct Ev {
     pub error: Option<String>,
     pub message: Option<String>,
     pub deadline_ns: Option<u64>,
+    /// An `ok` acquire's depth: above 1 the handle already held the lock (a re-entry).
+    pub count: Option<u64>,
 }
 
 /// One critical section: from an `ok` acquire to the release (or the process's end).
@@ -53,6 +55,10 @@ pub struct Cs {
     pub rel_ty: Option<String>,
     pub rel_t: Option<u64>,
     pub crashed: bool,
+    /// Opened by an acquire that re-entered a hold its handle still had (depth above 1): after
+    /// a release that failed (a server loading its AOF answers `BUSY LOADING`), the handle still
+    /// holds, and the client's next acquire is a re-entry with the same fence, not a new grant.
+    pub reentry: bool,
 }
 
 /// A resource log line.
@@ -93,6 +99,7 @@ pub fn parse_event(v: &Value) -> Option<Ev> {
         error: s(v, "error"),
         message: s(v, "message"),
         deadline_ns: u(v, "deadline_ns"),
+        count: u(v, "count"),
     })
 }
 
@@ -144,6 +151,7 @@ pub fn critical_sections(events: &[Ev], kills: &HashMap<u64, u64>) -> Vec<Cs> {
                         validity_ms: v,
                         deadlines: vec![(e.t, e.deadline_ns.unwrap_or(e.t + (v * MS) as u64))],
                         t_end: 0,
+                        reentry: e.count.is_some_and(|n| n > 1),
                         ..Cs::default()
                     });
                 }
@@ -197,6 +205,15 @@ pub fn critical_sections(events: &[Ev], kills: &HashMap<u64, u64>) -> Vec<Cs> {
     }
     out.sort_by_key(|c| (c.t_ok, c.fence));
     out
+}
+
+/// New grants that repeat an earlier grant's fence. A re-entry keeps its hold's fence by design.
+fn fence_duplicates(cs: &[Cs]) -> u64 {
+    let mut seen: HashMap<u64, u64> = HashMap::new();
+    for c in cs.iter().filter(|c| !c.reentry) {
+        *seen.entry(c.fence).or_default() += 1;
+    }
+    seen.values().filter(|&&n| n > 1).map(|&n| n - 1).sum()
 }
 
 /// Resource-side violations.
@@ -795,11 +812,7 @@ pub fn check_run(dir: &Path) -> Value {
     }
 
     // Fences.
-    let mut seen: HashMap<u64, usize> = HashMap::new();
-    for c in &cs {
-        *seen.entry(c.fence).or_default() += 1;
-    }
-    let duplicates: u64 = seen.values().filter(|&&n| n > 1).map(|&n| n as u64 - 1).sum();
+    let duplicates = fence_duplicates(&cs);
     let mut inversions = 0u64;
     let mut maxf = 0u64;
     for c in &cs {
@@ -1220,6 +1233,35 @@ mod tests {
             rel_t: Some(rel),
             ..Cs::default()
         }
+    }
+
+    #[test]
+    fn an_acquire_after_a_failed_release_is_a_re_entry_not_a_duplicate_fence() {
+        let ev = |op: &str, ty: &str, t: u64, count: Option<u64>| Ev {
+            process: "node-6".into(),
+            op: op.into(),
+            ty: ty.into(),
+            fence: Some(7),
+            t,
+            count,
+            ..Ev::default()
+        };
+        // The release fails while the server loads its AOF: the handle still holds, and the
+        // next acquire re-enters (depth 2, same fence).
+        let mut events = vec![
+            ev("acquire", "ok", 10, Some(1)),
+            ev("release", "invoke", 20, None),
+            ev("release", "info", 30, None),
+            ev("acquire", "ok", 40, Some(2)),
+            ev("release", "invoke", 50, None),
+            ev("release", "ok", 60, None),
+        ];
+        let cs = critical_sections(&events, &HashMap::new());
+        assert_eq!(cs.iter().map(|c| c.reentry).collect::<Vec<_>>(), [false, true]);
+        assert_eq!(fence_duplicates(&cs), 0);
+        // Control: a second new grant with that fence is a duplicate.
+        events[3].count = Some(1);
+        assert_eq!(fence_duplicates(&critical_sections(&events, &HashMap::new())), 1);
     }
 
     #[test]
