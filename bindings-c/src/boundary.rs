@@ -52,7 +52,10 @@ pub(crate) unsafe fn call(
     out_error: *mut *mut ferrolock_error,
     f: impl FnOnce() -> Result<(), Error>,
 ) -> ferrolock_result {
-    let outcome = guarded(f).unwrap_or_else(|p| Err(panic_error(p.as_ref())));
+    let outcome = {
+        let _held = SigpipeHeld::new();
+        guarded(f).unwrap_or_else(|p| Err(panic_error(p.as_ref())))
+    };
     match outcome {
         Ok(()) => ferrolock_result::Ok,
         Err(e) => {
@@ -63,6 +66,72 @@ pub(crate) unsafe fn call(
                 unsafe { out_error.write(boxed) };
             }
             code
+        }
+    }
+}
+
+/// SIGPIPE held off the calling thread for one call. A call does socket I/O on the calling
+/// thread (it drives the runtime itself), and a write to a connection whose server has gone
+/// raises SIGPIPE on the writing thread unless it says `MSG_NOSIGNAL`, which the vectored writes
+/// under redis-rs's connections and every write to a Unix socket do not. A C program's default
+/// action for SIGPIPE ends it. So, as libpq does: block SIGPIPE for the call (the write then
+/// fails with `EPIPE`, a lost connection, reported as an error), take back a SIGPIPE the call
+/// left pending, and restore the caller's mask. Three system calls per call. A caller that
+/// blocks SIGPIPE itself is left alone, its pending signals with it; so is a nested call (a
+/// callback calling back in), which finds it blocked by the outer one.
+struct SigpipeHeld {
+    #[cfg(unix)]
+    restore: Option<libc::sigset_t>,
+}
+
+#[cfg(unix)]
+fn sigpipe_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the zeroed set; sigaddset adds a valid signal to it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        set
+    }
+}
+
+impl SigpipeHeld {
+    fn new() -> SigpipeHeld {
+        #[cfg(unix)]
+        {
+            let set = sigpipe_set();
+            // SAFETY: both sets are valid; pthread_sigmask changes this thread's mask only.
+            unsafe {
+                let mut old: libc::sigset_t = std::mem::zeroed();
+                if libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) != 0
+                    || libc::sigismember(&old, libc::SIGPIPE) == 1
+                {
+                    return SigpipeHeld { restore: None };
+                }
+                SigpipeHeld { restore: Some(old) }
+            }
+        }
+        #[cfg(not(unix))]
+        SigpipeHeld {}
+    }
+}
+
+impl Drop for SigpipeHeld {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(old) = self.restore.take() {
+            let set = sigpipe_set();
+            // SAFETY: valid sets and a zero timeout; the signal was not pending when this thread
+            // blocked it (an unblocked pending signal is delivered at once), so one pending now
+            // came from this call's writes; it is taken before the caller's mask comes back.
+            unsafe {
+                let mut pending: libc::sigset_t = std::mem::zeroed();
+                if libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, libc::SIGPIPE) == 1 {
+                    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                    libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
+                }
+                libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            }
         }
     }
 }
@@ -188,6 +257,104 @@ mod tests {
             let rc = call(std::ptr::null_mut(), || Err(Error::new(ErrorKind::NotHeld, "x")));
             assert_eq!(rc, ferrolock_result::NotHeld);
         }
+    }
+
+    /// Whether SIGPIPE is blocked on / pending for the calling thread.
+    #[cfg(unix)]
+    fn sigpipe_blocked_and_pending() -> (bool, bool) {
+        // SAFETY: zeroed sets filled in by the calls.
+        unsafe {
+            let (mut mask, mut pending): (libc::sigset_t, libc::sigset_t) =
+                (std::mem::zeroed(), std::mem::zeroed());
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask);
+            libc::sigpending(&mut pending);
+            (libc::sigismember(&mask, libc::SIGPIPE) == 1, libc::sigismember(&pending, libc::SIGPIPE) == 1)
+        }
+    }
+
+    /// The child's half of the test below: with SIGPIPE at its default, write to a socket whose
+    /// peer has closed, inside a boundary call or (the control) outside one.
+    #[cfg(unix)]
+    fn sigpipe_child(mode: &str) -> ! {
+        let mut fds = [0; 2];
+        // SAFETY: a valid two-int array; the signal call sets the default action.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            assert_eq!(libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()), 0);
+            libc::close(fds[1]);
+        }
+        // SAFETY: fds[0] is open; one byte from a static buffer.
+        let write = || unsafe { libc::write(fds[0], b"x".as_ptr().cast(), 1) };
+        let epipe = || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPIPE);
+        match mode {
+            "inside" => {
+                let mut failed_with_epipe = false;
+                // SAFETY: NULL error pointer.
+                let rc = unsafe {
+                    call(std::ptr::null_mut(), || {
+                        failed_with_epipe = write() == -1 && epipe();
+                        Ok(())
+                    })
+                };
+                assert_eq!(rc, ferrolock_result::Ok);
+                assert!(failed_with_epipe, "the write did not fail with EPIPE");
+                assert_eq!(sigpipe_blocked_and_pending(), (false, false), "the mask was not restored");
+                // A caller that blocks SIGPIPE itself keeps its mask and the signal its write raised.
+                let set = sigpipe_set();
+                // SAFETY: a valid set; this thread's mask only.
+                unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+                // SAFETY: NULL error pointer.
+                let rc = unsafe {
+                    call(std::ptr::null_mut(), || {
+                        write();
+                        Ok(())
+                    })
+                };
+                assert_eq!(rc, ferrolock_result::Ok);
+                assert_eq!(sigpipe_blocked_and_pending(), (true, true), "the caller's own block was changed");
+            }
+            _ => {
+                write();
+            }
+        }
+        std::process::exit(0)
+    }
+
+    // A C program's default action for SIGPIPE ends it, and a call writes to the servers' sockets
+    // on the calling thread. Run in a child process (this test binary again, this test only),
+    // since the signal's action is process-wide. Control: the same write outside a call kills it.
+    #[cfg(unix)]
+    #[test]
+    fn a_call_keeps_sigpipe_from_ending_the_program_and_restores_the_mask() {
+        use std::os::unix::process::ExitStatusExt;
+        const CHILD: &str = "FERROLOCK_C_SIGPIPE_CHILD";
+        if let Ok(mode) = std::env::var(CHILD) {
+            sigpipe_child(&mode);
+        }
+        let run = |mode: &str| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "boundary::tests::a_call_keeps_sigpipe_from_ending_the_program_and_restores_the_mask",
+                ])
+                .args(["--test-threads=1", "--nocapture"])
+                .env(CHILD, mode)
+                .output()
+                .unwrap()
+        };
+        let inside = run("inside");
+        assert!(
+            inside.status.success(),
+            "inside a call: {:?}\n{}",
+            inside.status,
+            String::from_utf8_lossy(&inside.stderr)
+        );
+        let outside = run("outside");
+        assert_eq!(
+            outside.status.signal(),
+            Some(libc::SIGPIPE),
+            "control: the write outside a call did not raise SIGPIPE"
+        );
     }
 
     #[test]

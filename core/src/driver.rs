@@ -255,13 +255,13 @@ impl Driver {
 /// Block SIGPIPE on this thread. The background thread writes to the servers' sockets (watchdog
 /// renewals, notifications, reconnects), and a write to a connection the server has reset
 /// raises SIGPIPE on the writing thread unless the write says `MSG_NOSIGNAL`, which the
-/// vectored writes under redis-rs's connections do not. Where the process has not ignored
+/// vectored writes under redis-rs's connections and writes to Unix sockets do not. Where the process has not ignored
 /// SIGPIPE (a C program's default; in a Go program this thread is not Go's, so the Go runtime
 /// does not ignore it for us), that kills the process. Blocked, the signal stays pending on
 /// this thread alone and the write fails with `EPIPE`, which the connection handles as the
 /// lost connection it is. Python, Node and Rust programs ignore SIGPIPE already; threads that
-/// call in and drive the runtime themselves are the caller's (a Go caller's are Go's, which
-/// ignore it on sockets).
+/// call in and drive the runtime themselves are the caller's (the C API holds SIGPIPE off them
+/// for each call: `bindings-c/src/boundary.rs`).
 fn block_sigpipe() {
     #[cfg(unix)]
     // SAFETY: the set is a local initialised by sigemptyset; pthread_sigmask changes this

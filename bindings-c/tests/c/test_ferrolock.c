@@ -7,11 +7,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1683,6 +1686,84 @@ static void test_secret_scan(void) {
   close(fd);
 }
 
+/* ---- a dead server and SIGPIPE ---- */
+/* A write to a connection whose server has gone raises SIGPIPE on the writing thread, and a C
+   program's default action for it ends the process. A call does its socket I/O on the calling
+   thread (it drives the runtime itself), so with SIGPIPE left at its default, calls made after
+   the server was killed must fail with an error, not end the program. Over a Unix socket the
+   first write after the server's end raises SIGPIPE every time (TCP needs a reset first). */
+extern char **environ;
+
+static int unix_connect(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  CHECK(fd >= 0);
+  struct sockaddr_un a;
+  memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  CHECK(strlen(path) < sizeof a.sun_path);
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static void test_dead_server_sigpipe(void) {
+  struct sigaction dfl, before;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  CHECK(sigaction(SIGPIPE, &dfl, &before) == 0);
+
+  char dir[] = "/tmp/ferrolock-c-sigpipe.XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  char sock[96], log[96], url[128];
+  snprintf(sock, sizeof sock, "%s/redis.sock", dir);
+  snprintf(log, sizeof log, "%s/redis.log", dir);
+  snprintf(url, sizeof url, "redis+unix://%s", sock);
+  char *argv[] = {"redis-server", "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no",
+                  "--dir", dir, "--logfile", log, NULL};
+  pid_t pid;
+  CHECK(posix_spawnp(&pid, "redis-server", NULL, NULL, argv, environ) == 0);
+  int fd = -1;
+  for (int i = 0; i < 400 && fd < 0; i++) {
+    fd = unix_connect(sock);
+    if (fd < 0) sleep_ms(25);
+  }
+  CHECK(fd >= 0);
+  RAW(fd, "+PONG", "PING");
+  close(fd);
+
+  ferrolock_client *c = NULL;
+  OK(ferrolock_client_new(url, strlen(url), NULL, &c, &err));
+  ferrolock_lock *l = new_lock(c, "sigpipe", 10000, FERROLOCK_RENEW_NEVER);
+  ferrolock_guard *g = acquire(l, 0);
+  OK(ferrolock_guard_release(g, &err));
+  ferrolock_guard_free(g);
+
+  CHECK(kill(pid, SIGKILL) == 0);
+  int status = 0;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  /* The call writes its acquire to the dead socket: EPIPE, and SIGPIPE unless held off. */
+  ferrolock_error *e = NULL;
+  g = NULL;
+  ferrolock_result rc = ferrolock_lock_try_acquire(l, &g, &e);
+  if (rc != FERROLOCK_RESULT_CONNECTION) {
+    fprintf(stderr, "after the server's end: %s, want CONNECTION: %s\n", ferrolock_result_name((uint32_t)rc),
+            ferrolock_error_message(e));
+    exit(1);
+  }
+  CHECK(g == NULL);
+  ferrolock_error_free(e);
+  ferrolock_lock_free(l);
+  ferrolock_client_free(c);
+  CHECK(sigaction(SIGPIPE, &before, NULL) == 0);
+  unlink(sock);
+  unlink(log);
+  CHECK(rmdir(dir) == 0);
+}
+
 int main(void) {
   URL = getenv("FERROLOCK_TEST_URL");
   if (URL == NULL) {
@@ -1705,6 +1786,7 @@ int main(void) {
       {"inspect", test_inspect},
       {"redlock", test_redlock},
       {"secret_scan", test_secret_scan},
+      {"dead_server_sigpipe", test_dead_server_sigpipe},
   };
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
     long long t0 = now_ms();
