@@ -76,12 +76,13 @@ pub(crate) unsafe fn call(
 /// under redis-rs's connections and every write to a Unix socket do not. A C program's default
 /// action for SIGPIPE ends it. So, as libpq does: block SIGPIPE for the call (the write then
 /// fails with `EPIPE`, a lost connection, reported as an error), take back a SIGPIPE the call
-/// left pending, and restore the caller's mask. Three system calls per call. A caller that
+/// left pending, and unblock it again. Three system calls per call. A caller that
 /// blocks SIGPIPE itself is left alone, its pending signals with it; so is a nested call (a
 /// callback calling back in), which finds it blocked by the outer one.
 struct SigpipeHeld {
+    /// Whether this call blocked SIGPIPE (and so unblocks it at its end).
     #[cfg(unix)]
-    restore: Option<libc::sigset_t>,
+    blocked: bool,
 }
 
 #[cfg(unix)]
@@ -103,12 +104,9 @@ impl SigpipeHeld {
             // SAFETY: both sets are valid; pthread_sigmask changes this thread's mask only.
             unsafe {
                 let mut old: libc::sigset_t = std::mem::zeroed();
-                if libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) != 0
-                    || libc::sigismember(&old, libc::SIGPIPE) == 1
-                {
-                    return SigpipeHeld { restore: None };
-                }
-                SigpipeHeld { restore: Some(old) }
+                let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) == 0
+                    && libc::sigismember(&old, libc::SIGPIPE) == 0;
+                SigpipeHeld { blocked }
             }
         }
         #[cfg(not(unix))]
@@ -119,18 +117,19 @@ impl SigpipeHeld {
 impl Drop for SigpipeHeld {
     fn drop(&mut self) {
         #[cfg(unix)]
-        if let Some(old) = self.restore.take() {
+        if self.blocked {
             let set = sigpipe_set();
             // SAFETY: valid sets and a zero timeout; the signal was not pending when this thread
             // blocked it (an unblocked pending signal is delivered at once), so one pending now
-            // came from this call's writes; it is taken before the caller's mask comes back.
+            // came from this call's writes; it is taken before the signal is unblocked. Only
+            // SIGPIPE is unblocked: the rest of the mask is the caller's as it is now.
             unsafe {
                 let mut pending: libc::sigset_t = std::mem::zeroed();
                 if libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, libc::SIGPIPE) == 1 {
                     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
                     libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
                 }
-                libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
             }
         }
     }
