@@ -53,7 +53,8 @@ pub(crate) unsafe fn call(
     f: impl FnOnce() -> Result<(), Error>,
 ) -> ferrolock_result {
     let outcome = {
-        let _held = SigpipeHeld::new();
+        // Held off this thread for the call: see `SigpipeHold` (a C program's default ends it).
+        let _held = ferrolock::driver::SigpipeHold::new();
         guarded(f).unwrap_or_else(|p| Err(panic_error(p.as_ref())))
     };
     match outcome {
@@ -66,71 +67,6 @@ pub(crate) unsafe fn call(
                 unsafe { out_error.write(boxed) };
             }
             code
-        }
-    }
-}
-
-/// SIGPIPE held off the calling thread for one call. A call does socket I/O on the calling
-/// thread (it drives the runtime itself), and a write to a connection whose server has gone
-/// raises SIGPIPE on the writing thread unless it says `MSG_NOSIGNAL`, which the vectored writes
-/// under redis-rs's connections and every write to a Unix socket do not. A C program's default
-/// action for SIGPIPE ends it. So, as libpq does: block SIGPIPE for the call (the write then
-/// fails with `EPIPE`, a lost connection, reported as an error), take back a SIGPIPE the call
-/// left pending, and unblock it again. Three system calls per call. A caller that
-/// blocks SIGPIPE itself is left alone, its pending signals with it; so is a nested call (a
-/// callback calling back in), which finds it blocked by the outer one.
-struct SigpipeHeld {
-    /// Whether this call blocked SIGPIPE (and so unblocks it at its end).
-    #[cfg(unix)]
-    blocked: bool,
-}
-
-#[cfg(unix)]
-fn sigpipe_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset initialises the zeroed set; sigaddset adds a valid signal to it.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPIPE);
-        set
-    }
-}
-
-impl SigpipeHeld {
-    fn new() -> SigpipeHeld {
-        #[cfg(unix)]
-        {
-            let set = sigpipe_set();
-            // SAFETY: both sets are valid; pthread_sigmask changes this thread's mask only.
-            unsafe {
-                let mut old: libc::sigset_t = std::mem::zeroed();
-                let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) == 0
-                    && libc::sigismember(&old, libc::SIGPIPE) == 0;
-                SigpipeHeld { blocked }
-            }
-        }
-        #[cfg(not(unix))]
-        SigpipeHeld {}
-    }
-}
-
-impl Drop for SigpipeHeld {
-    fn drop(&mut self) {
-        #[cfg(unix)]
-        if self.blocked {
-            let set = sigpipe_set();
-            // SAFETY: valid sets and a zero timeout; the signal was not pending when this thread
-            // blocked it (an unblocked pending signal is delivered at once), so one pending now
-            // came from this call's writes; it is taken before the signal is unblocked. Only
-            // SIGPIPE is unblocked: the rest of the mask is the caller's as it is now.
-            unsafe {
-                let mut pending: libc::sigset_t = std::mem::zeroed();
-                if libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, libc::SIGPIPE) == 1 {
-                    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-                    libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
-                }
-                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            }
         }
     }
 }
@@ -299,9 +235,13 @@ mod tests {
                 assert!(failed_with_epipe, "the write did not fail with EPIPE");
                 assert_eq!(sigpipe_blocked_and_pending(), (false, false), "the mask was not restored");
                 // A caller that blocks SIGPIPE itself keeps its mask and the signal its write raised.
-                let set = sigpipe_set();
-                // SAFETY: a valid set; this thread's mask only.
-                unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+                // SAFETY: a set initialised by sigemptyset; this thread's mask only.
+                unsafe {
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigaddset(&mut set, libc::SIGPIPE);
+                    libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                }
                 // SAFETY: NULL error pointer.
                 let rc = unsafe {
                     call(std::ptr::null_mut(), || {

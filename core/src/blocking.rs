@@ -1,6 +1,6 @@
 //! The synchronous facade: the same surface as the async API, for plain threads and FFI.
 //!
-//! One lazily built [`Driver`](crate::driver::Driver) runs every client made here: their
+//! One lazily built [`Driver`] runs every client made here: their
 //! connections, watchdogs and notification handling, and every call. A call drives that
 //! current-thread runtime from the calling thread itself, so it costs one wait per round trip,
 //! like the async API; between calls a background thread drives it (see [`crate::driver`]).

@@ -261,16 +261,77 @@ impl Driver {
 /// this thread alone and the write fails with `EPIPE`, which the connection handles as the
 /// lost connection it is. Python, Node and Rust programs ignore SIGPIPE already; threads that
 /// call in and drive the runtime themselves are the caller's (the C API holds SIGPIPE off them
-/// for each call: `bindings-c/src/boundary.rs`).
+/// for each call with a [`SigpipeHold`]).
 fn block_sigpipe() {
     #[cfg(unix)]
-    // SAFETY: the set is a local initialised by sigemptyset; pthread_sigmask changes this
-    // thread's mask only.
+    // SAFETY: a valid set; pthread_sigmask changes this thread's mask only.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &sigpipe_set(), std::ptr::null_mut());
+    }
+}
+
+#[cfg(unix)]
+fn sigpipe_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the zeroed set; sigaddset adds a valid signal to it.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGPIPE);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// SIGPIPE held off the calling thread while this lives: for a caller's thread that drives the
+/// runtime itself and whose process may not ignore SIGPIPE (the C API holds one per call). A write
+/// to a connection whose server has gone raises SIGPIPE on the writing thread unless it says
+/// `MSG_NOSIGNAL`; held off, the write fails with `EPIPE` (a lost connection, reported as an error)
+/// instead of ending the process. As libpq does: block SIGPIPE, and at the end take back a SIGPIPE
+/// left pending and unblock it again; three system calls. A thread that blocks SIGPIPE itself is
+/// left alone, its pending signals with it; so is a nested hold, which finds it blocked by the
+/// outer one.
+#[derive(Debug)]
+#[must_use = "SIGPIPE is unblocked again when the hold is dropped"]
+pub struct SigpipeHold {
+    /// Whether this hold blocked SIGPIPE (and so unblocks it at its end).
+    #[cfg(unix)]
+    blocked: bool,
+}
+
+impl SigpipeHold {
+    /// Block SIGPIPE on this thread, unless it is blocked already.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> SigpipeHold {
+        #[cfg(unix)]
+        // SAFETY: both sets are valid; pthread_sigmask changes this thread's mask only.
+        unsafe {
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &sigpipe_set(), &mut old) == 0
+                && libc::sigismember(&old, libc::SIGPIPE) == 0;
+            SigpipeHold { blocked }
+        }
+        #[cfg(not(unix))]
+        SigpipeHold {}
+    }
+}
+
+impl Drop for SigpipeHold {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if self.blocked {
+            let set = sigpipe_set();
+            // SAFETY: valid sets and a zero timeout; the signal was not pending when this thread
+            // blocked it (an unblocked pending signal is delivered at once), so one pending now
+            // came from this thread's writes meanwhile; it is taken before the signal is
+            // unblocked. Only SIGPIPE is unblocked: the rest of the mask is the thread's as it is.
+            unsafe {
+                let mut pending: libc::sigset_t = std::mem::zeroed();
+                if libc::sigpending(&mut pending) == 0 && libc::sigismember(&pending, libc::SIGPIPE) == 1 {
+                    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                    libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
+                }
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            }
+        }
     }
 }
 
