@@ -40,6 +40,19 @@ fn holds(server: &RedisServer, name: &str) -> bool {
     n == 1
 }
 
+/// Waits (at most 2 s) until every master holds `name`. An acquire returns once a quorum granted
+/// it; the other masters' grants (stragglers) may land after that. A test that deletes the hold
+/// on some masters, as an outsider would, waits for them first: a grant landing after its `DEL`
+/// would put the hold back (seen with the test binaries two at a time: the extend below found a
+/// quorum holding).
+async fn held_everywhere(servers: &[RedisServer], name: &str) {
+    let start = Instant::now();
+    while !servers.iter().all(|s| holds(s, name)) {
+        assert!(start.elapsed() < Duration::from_secs(2), "{name} is not held on every master");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Waits (at most 2 s: releases may land after the call returned) until no master holds `name`.
 async fn no_hold_left(servers: &[RedisServer], name: &str) {
     let start = Instant::now();
@@ -781,6 +794,7 @@ async fn loss_is_decided_by_majority() {
     g.on_lost(move |e| {
         let _ = tx.send(e.kind());
     });
+    held_everywhere(&servers, "maj").await;
     for s in &servers[..2] {
         let _: () = s.cmd(&["DEL", "ferrolock:{maj}"]);
     }
@@ -807,6 +821,7 @@ async fn a_release_that_finds_the_hold_gone_says_so() {
     let lock = client.lock("gone", LockOptions::lease(Duration::from_secs(30))).unwrap();
     // Control: gone on 2 of 5 masters, the release still finds a quorum holding it.
     let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    held_everywhere(&servers, "gone").await;
     for s in &servers[..2] {
         let _: () = s.cmd(&["DEL", "ferrolock:{gone}"]);
     }
@@ -814,6 +829,7 @@ async fn a_release_that_finds_the_hold_gone_says_so() {
     // Gone on 3 of 5: no watchdog (a lease) and a live local deadline, so it is the release
     // that finds out, and says so.
     let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    held_everywhere(&servers, "gone").await;
     for s in &servers[..3] {
         let _: () = s.cmd(&["DEL", "ferrolock:{gone}"]);
     }
@@ -836,6 +852,7 @@ async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
     let client = redlock_with(&servers, calm()).await;
     let lock = client.lock("rebuild", LockOptions::lease(Duration::from_secs(30))).unwrap();
     let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    held_everywhere(&servers, "rebuild").await;
     for s in &servers[..2] {
         let _: () = s.cmd(&["DEL", "ferrolock:{rebuild}"]);
     }
@@ -846,6 +863,7 @@ async fn a_reentry_does_not_rebuild_a_hold_that_lost_its_quorum() {
     g.release().await.unwrap();
 
     let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    held_everywhere(&servers, "rebuild").await;
     for s in &servers[..3] {
         let _: () = s.cmd(&["DEL", "ferrolock:{rebuild}"]);
     }
@@ -1370,6 +1388,7 @@ async fn an_extend_that_finds_the_hold_lost_clears_the_minority() {
     let client = redlock(&servers).await;
     let lock = client.lock("lost-extend", LockOptions::lease(Duration::from_secs(5))).unwrap();
     let g = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    held_everywhere(&servers, "lost-extend").await;
     for s in &servers[..3] {
         let _: () = s.cmd(&["DEL", "ferrolock:{lost-extend}"]); // an outsider (force-unlock, restart)
     }
@@ -1387,6 +1406,7 @@ async fn an_inner_release_that_finds_the_hold_lost_clears_the_minority() {
     let lock = client.lock("lost-inner", LockOptions::lease(Duration::from_secs(30))).unwrap();
     let outer = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
     let inner = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    held_everywhere(&servers, "lost-inner").await;
     for s in &servers[..3] {
         let _: () = s.cmd(&["DEL", "ferrolock:{lost-inner}"]);
     }
