@@ -62,6 +62,31 @@ async fn no_hold_left(servers: &[RedisServer], name: &str) {
     }
 }
 
+/// Waits (at most 5 s) for a round in which every master granted `lock` (the caller's only
+/// handle on `name`), then for its release to land everywhere. `connect_redlock` returns once a
+/// quorum is connected and the slower masters have had the per-master timeout to follow, so on a
+/// loaded machine a master can still be connecting when the call returns: a test that stops a
+/// master and counts what reaches it must first see that master take part (seen with the test
+/// binaries two at a time: a connection still being set up when its master was stopped).
+async fn every_master_takes_part(lock: &ferrolock::Lock, servers: &[RedisServer], name: &str) {
+    let start = Instant::now();
+    loop {
+        let g = lock.try_acquire().await.unwrap().expect("the lock is free");
+        let granted = Instant::now();
+        let mut all = servers.iter().all(|s| holds(s, name));
+        while !all && granted.elapsed() < Duration::from_millis(200) {
+            tokio::time::sleep(Duration::from_millis(5)).await; // stragglers of the round
+            all = servers.iter().all(|s| holds(s, name));
+        }
+        g.release().await.unwrap();
+        no_hold_left(servers, name).await;
+        if all {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "some master never took part in a round");
+    }
+}
+
 /// `acquire.lua` called directly on one master (lease 10 s, retention 60 s, depth 10), with the
 /// Redlock fence floor when given: the fence it grants.
 fn raw_acquire(c: &mut redis::Connection, name: &str, token: &str, floor: Option<u64>) -> u64 {
@@ -230,7 +255,7 @@ async fn a_reused_handle_piles_up_no_releases_on_a_stopped_master() {
     opts.redlock_node_timeout = Duration::from_millis(100);
     let client = redlock_with(&servers, opts).await;
     let lock = client.lock("s2", LockOptions::lease(Duration::from_secs(3))).unwrap();
-    lock.try_acquire().await.unwrap().unwrap().release().await.unwrap(); // touches every master
+    every_master_takes_part(&lock, &servers, "s2").await;
     let stopped = &servers[4];
     let scripts = |s: &RedisServer| {
         let c = s.command_calls();
@@ -273,7 +298,7 @@ async fn a_master_stopped_for_long_gets_one_probe() {
     opts.response_timeout = Duration::from_millis(200);
     let client = redlock_with(&servers, opts).await;
     let lock = client.lock("probe", LockOptions::lease(Duration::from_secs(3))).unwrap();
-    lock.try_acquire().await.unwrap().unwrap().release().await.unwrap();
+    every_master_takes_part(&lock, &servers, "probe").await;
     let stopped = &servers[2];
     let pings = |s: &RedisServer| s.command_calls().get("ping").copied().unwrap_or(0);
     let before = pings(stopped);
@@ -311,6 +336,7 @@ async fn a_dropped_client_leaves_no_probe_behind() {
     opts.redlock_node_timeout = Duration::from_millis(50);
     let client = redlock_with(&servers, opts).await;
     let lock = client.lock("gone", LockOptions::lease(Duration::from_secs(3))).unwrap();
+    every_master_takes_part(&lock, &servers, "gone").await;
     let stopped = &servers[2];
     stopped.pause();
     lock.try_acquire().await.unwrap().expect("a quorum of two grants").release().await.unwrap();
@@ -987,12 +1013,14 @@ async fn script_flush_on_all_masters_is_invisible() {
         let client = redlock_with(&servers, calm()).await;
         let (errors, done, stop) = (errors.clone(), done.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
-            let lock = client.lock("flush", LockOptions::renewing(Duration::from_millis(300))).unwrap();
+            // Renewed every 200 ms: a hold survives one late renewal (two copies of this binary
+            // side by side once saw a 300 ms lease run out while its renewal reloaded scripts).
+            let lock = client.lock("flush", LockOptions::renewing(Duration::from_millis(600))).unwrap();
             while !stop.load(Ordering::SeqCst) {
                 match lock.acquire(Some(Duration::from_secs(10))).await {
                     Ok(g) => {
                         // Long enough for watchdog renewals (pipelines) to meet a flushed cache.
-                        tokio::time::sleep(Duration::from_millis(120)).await;
+                        tokio::time::sleep(Duration::from_millis(250)).await;
                         match g.release().await {
                             Ok(()) => {
                                 done.fetch_add(1, Ordering::SeqCst);
@@ -1012,7 +1040,7 @@ async fn script_flush_on_all_masters_is_invisible() {
         }));
     }
     for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
         for s in &servers {
             let _: () = s.cmd(&["SCRIPT", "FLUSH"]);
         }
