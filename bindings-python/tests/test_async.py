@@ -143,7 +143,8 @@ def test_a_cancelled_release_still_releases(redis: RedisServer, name: str) -> No
         async def holder() -> None:
             held = await lock.acquire()
             seen.append(held)
-            redis.command("CLIENT", "PAUSE", "300", "WRITE")  # holds the release script back
+            # The release script is held back until the cancel has landed (unpaused below).
+            redis.command("CLIENT", "PAUSE", "10000", "WRITE")
             releasing.set()
             try:
                 await held.release()
@@ -155,8 +156,11 @@ def test_a_cancelled_release_still_releases(redis: RedisServer, name: str) -> No
         await releasing.wait()
         await asyncio.sleep(0.05)
         task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            redis.command("CLIENT", "UNPAUSE")
         assert seen[1:] == [None]
         deadline = time.monotonic() + 3
         while await client.inspect(name) is not None and time.monotonic() < deadline:

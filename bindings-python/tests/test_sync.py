@@ -125,10 +125,15 @@ def test_a_release_interrupted_by_a_signal_still_releases(
 ) -> None:
     lock = client.lock(name, ttl=10)
     held = lock.acquire()
-    redis.command("CLIENT", "PAUSE", "400", "WRITE")  # holds the release script back
-    threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(KeyboardInterrupt):
-        held.release()
+    # The release script is held back until the interrupt has landed, however late the timer
+    # thread runs (a 400 ms pause once ran out first on a loaded host: the release returned).
+    redis.command("CLIENT", "PAUSE", "10000", "WRITE")
+    try:
+        threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            held.release()
+    finally:
+        redis.command("CLIENT", "UNPAUSE")
     assert lock.held is None
     deadline = time.monotonic() + 3
     while client.inspect(name) is not None and time.monotonic() < deadline:
