@@ -125,8 +125,11 @@ def test_a_release_interrupted_by_a_signal_still_releases(
 ) -> None:
     lock = client.lock(name, ttl=10)
     held = lock.acquire()
-    # The release script is held back until the interrupt has landed, however late the timer
-    # thread runs (a 400 ms pause once ran out first on a loaded host: the release returned).
+    # Ctrl-C's Python behaviour for this test: a process started with SIGINT ignored (a
+    # background job of a non-interactive shell, as some CI runners start their steps) keeps it
+    # ignored, and the signal below would never interrupt anything.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The release script is held back until the interrupt has landed (unpaused below).
     redis.command("CLIENT", "PAUSE", "10000", "WRITE")
     try:
         threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -134,6 +137,8 @@ def test_a_release_interrupted_by_a_signal_still_releases(
             held.release()
     finally:
         redis.command("CLIENT", "UNPAUSE")
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGINT, previous)
     assert lock.held is None
     deadline = time.monotonic() + 3
     while client.inspect(name) is not None and time.monotonic() < deadline:
