@@ -66,8 +66,8 @@ async fn no_hold_left(servers: &[RedisServer], name: &str) {
 /// handle on `name`), then for its release to land everywhere. `connect_redlock` returns once a
 /// quorum is connected and the slower masters have had the per-master timeout to follow, so on a
 /// loaded machine a master can still be connecting when the call returns: a test that stops a
-/// master and counts what reaches it must first see that master take part (seen with the test
-/// binaries two at a time: a connection still being set up when its master was stopped).
+/// master and counts what reaches it must first see that master take part (seen with two copies
+/// of this binary side by side: a connection still being set up when its master was stopped).
 async fn every_master_takes_part(lock: &ferrolock::Lock, servers: &[RedisServer], name: &str) {
     let start = Instant::now();
     loop {
@@ -1013,7 +1013,7 @@ async fn script_flush_on_all_masters_is_invisible() {
         let client = redlock_with(&servers, calm()).await;
         let (errors, done, stop) = (errors.clone(), done.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
-            // Renewed every 200 ms: a hold survives one late renewal (two copies of this binary
+            // Renewed every 200 ms: a hold survives one late renewal (three copies of this binary
             // side by side once saw a 300 ms lease run out while its renewal reloaded scripts).
             let lock = client.lock("flush", LockOptions::renewing(Duration::from_millis(600))).unwrap();
             while !stop.load(Ordering::SeqCst) {
