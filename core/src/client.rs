@@ -62,17 +62,33 @@ pub(crate) enum Conn {
 // `refused_again`: the multiplexed connection (redis-rs `ConnectionManager`) reconnects only
 // when a request comes. Once its short reconnect burst has failed (the server was down), it keeps
 // that refusal and hands it to the next request even after the server is back, and only that
-// failure starts a new connect. A refused connection means the request was never sent, so it is
-// sent once more at once, on the connection that failure started (a renewal would otherwise fail
-// seconds after the server came back, and could let the lease run out: watchdog audit).
+// failure starts a new connect. A refused connection means the request was never sent, so a
+// request handed that stored refusal (at once, without waiting) is sent once more, on the
+// connection that failure started (a renewal would otherwise fail seconds after the server came
+// back, and could let the lease run out: watchdog audit). A refusal the request waited for is a
+// burst that just failed: the server is down now, and a second burst would only double the
+// wait (a refused try took two bursts, about 0.5 s).
+/// `f`'s output, and whether it had to wait for it (was not ready when first polled).
+async fn waited<F: Future>(f: F) -> (F::Output, bool) {
+    let mut f = std::pin::pin!(f);
+    let mut pending = false;
+    let out = std::future::poll_fn(|cx| {
+        let p = f.as_mut().poll(cx);
+        pending |= p.is_pending();
+        p
+    })
+    .await;
+    (out, pending)
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         match self {
             Conn::Direct(m) => Box::pin(async move {
-                match m.req_packed_command(cmd).await {
+                match waited(m.req_packed_command(cmd)).await {
                     // See `refused_again`.
-                    Err(e) if e.is_connection_refusal() => m.req_packed_command(cmd).await,
-                    r => r,
+                    (Err(e), false) if e.is_connection_refusal() => m.req_packed_command(cmd).await,
+                    (r, _) => r,
                 }
             }),
             Conn::Sentinel(s) => crate::sentinel::req_command(s, cmd),
@@ -89,12 +105,12 @@ impl ConnectionLike for Conn {
     ) -> redis::RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Direct(m) => Box::pin(async move {
-                match m.req_packed_commands(pipeline, offset, count).await {
+                match waited(m.req_packed_commands(pipeline, offset, count)).await {
                     // See `refused_again`.
-                    Err(e) if e.is_connection_refusal() => {
+                    (Err(e), false) if e.is_connection_refusal() => {
                         m.req_packed_commands(pipeline, offset, count).await
                     }
-                    r => r,
+                    (r, _) => r,
                 }
             }),
             Conn::Sentinel(s) => crate::sentinel::req_commands(s, pipeline, offset, count),
@@ -121,6 +137,17 @@ impl Conn {
             #[cfg(feature = "cluster")]
             Conn::Cluster(_) => true,
             _ => false,
+        }
+    }
+
+    /// `e` says that the request never left this client: a refused connection (nothing listens
+    /// at the address), so no undo is owed. A cluster connection may have sent the request to a
+    /// node before a reconnect was refused, so it never says so.
+    pub(crate) fn never_sent(&self, e: &redis::RedisError) -> bool {
+        match self {
+            Conn::Direct(_) | Conn::Sentinel(_) => e.is_connection_refusal(),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(_) => false,
         }
     }
 }

@@ -557,7 +557,8 @@ impl Lock {
             Ok(a) => a,
             Err(e) => {
                 let err = inner.client.error(&e);
-                if err.kind().is_transient() {
+                // Nothing to undo after a refused connection: the request never went out.
+                if err.kind().is_transient() && !conn.never_sent(&e) {
                     Box::pin(pending.settle()).await;
                 } else {
                     pending.disarm();
