@@ -257,6 +257,22 @@ impl Node {
         }
     }
 
+    /// Why [`Node::admit`] refused a request of `class`, for the error that reports this master.
+    fn not_sent(&self, class: Class) -> Error {
+        let why = if class == Class::Shed {
+            "a release of this handle is already queued there"
+        } else if self.conn.get().is_none() {
+            "not connected yet (connecting in the background)"
+        } else if self.stalled.load(Ordering::Acquire) {
+            "a request timed out; no new work until it answers a PING"
+        } else if self.late.load(Ordering::Acquire) >= LATE_LIMIT {
+            "too many requests still unanswered"
+        } else {
+            "at its in-flight cap"
+        };
+        Error::new(ErrorKind::Connection, format!("not sent: {why}"))
+    }
+
     /// Too many stragglers, or a timeout not yet cleared by a PING.
     fn lagging(&self) -> bool {
         self.late.load(Ordering::Acquire) >= LATE_LIMIT || self.stalled.load(Ordering::Acquire)
@@ -552,8 +568,7 @@ impl Quorum {
                 continue;
             }
             let Some((conn, inflight)) = node.admit(class(i), self.opts.redlock_max_inflight) else {
-                let why = "not sent: the master is lagging, disconnected or at its in-flight cap";
-                let _ = tx.send((i, Reply::Err(Error::new(ErrorKind::Connection, why))));
+                let _ = tx.send((i, Reply::Err(node.not_sent(class(i)))));
                 continue;
             };
             let slot = Slot::new(node);
@@ -620,11 +635,13 @@ impl Quorum {
             // A busy lane: an earlier request of this handle to this master is still out. Wait
             // for it (in the task) only if the master keeps up; otherwise leave it out.
             if inner.lanes[i].busy() && node.lagging() {
-                let _ = tx.send((i, Reply::Skipped));
+                let why =
+                    "not sent: an earlier request of this handle is unanswered there, and the master lags";
+                let _ = tx.send((i, Reply::Err(Error::new(ErrorKind::Connection, why))));
                 continue;
             }
             let Some((conn, inflight)) = node.admit(Class::New, cap) else {
-                let _ = tx.send((i, Reply::Skipped));
+                let _ = tx.send((i, Reply::Err(node.not_sent(Class::New))));
                 continue;
             };
             let lane = inner.lanes[i].enter();
@@ -669,6 +686,8 @@ impl Quorum {
         let mut pttl: Option<u64> = None;
         let mut replied = vec![false; n];
         let mut first_err: Option<Error> = None;
+        // What kept each failed master out of the round, for an error that ends it.
+        let mut failures: Vec<String> = Vec::new();
         let mut got = 0;
         while got < n {
             let Some((i, reply)) = rx.recv().await else { break };
@@ -686,6 +705,7 @@ impl Quorum {
                 Reply::Ok(AcqReply::Limit) => limit += 1,
                 Reply::Err(e) => {
                     failed += 1;
+                    failures.push(format!("{}: {}", self.nodes[i].addr, e.message()));
                     if !e.kind().is_transient() {
                         first_err.get_or_insert(e);
                     }
@@ -783,7 +803,13 @@ impl Quorum {
         if answered >= self.quorum {
             return Ok(Round::Split { pttl });
         }
-        Ok(Round::Unreachable(self.unreachable(answered, "acquire")))
+        let unheard = n - got;
+        if unheard > 0 {
+            // The round was decided without them: a quorum could no longer answer.
+            failures.push(format!("{unheard} not waited for"));
+        }
+        let e = self.unreachable(answered, "acquire");
+        Ok(Round::Unreachable(Error::new(e.kind(), format!("{} ({})", e.message(), failures.join("; ")))))
     }
 
     /// Wait (at most twice the per-master timeout) until this handle's requests so far on the

@@ -384,6 +384,11 @@ async fn three_stopped_gives_quorum_error_and_no_partial_holds() {
     assert!(took < Duration::from_millis(800 + 400), "quorum error after {took:?}");
     let err = lock.try_acquire().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::QuorumNotReached);
+    // The error says which masters failed and why (it used to give only the count).
+    for s in &servers[2..] {
+        let named = format!("127.0.0.1:{}/0: not sent: a request timed out", s.port());
+        assert!(err.message().contains(&named), "{named:?} not in: {err}");
+    }
     // Partial grants on the two live masters were undone at once.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!holds(&servers[0], "q3") && !holds(&servers[1], "q3"), "partial hold on a live master");
