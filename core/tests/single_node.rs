@@ -659,7 +659,8 @@ async fn the_first_request_after_an_outage_goes_through() {
 // An acquire refused by a server that is down: the request never left the client, so no undo
 // is owed. Each undo used to wait out a reconnect burst of its own, so a try took three bursts
 // (1.4 s in Python) where a plain request takes one, and a 50 ms wait as long. Measured against
-// a plain request in the same state (one burst; docs/CONNECTIONS.md), not against a constant.
+// plain requests in the same state (one burst each; docs/CONNECTIONS.md), summed over rounds
+// because each burst's length is random (0.14–0.28 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_refused_by_a_down_server_owes_no_undo() {
     let mut server = RedisServer::start();
@@ -668,23 +669,24 @@ async fn an_acquire_refused_by_a_down_server_owes_no_undo() {
     lock.acquire(None).await.unwrap().release().await.unwrap();
     server.kill9();
     let _ = lock.try_acquire().await; // finds the connections closed
+    let (mut requests, mut tries, mut waits) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     for _ in 0..3 {
         let t0 = Instant::now();
         assert_eq!(client.inspect("down").await.unwrap_err().kind(), ErrorKind::Connection);
-        let request = t0.elapsed();
-        assert!(request < Duration::from_secs(1), "a refused request took {request:?}");
-        let bound = request * 3 / 2 + Duration::from_millis(100);
+        requests += t0.elapsed();
         let t0 = Instant::now();
         assert_eq!(lock.try_acquire().await.unwrap_err().kind(), ErrorKind::Connection);
-        let took = t0.elapsed();
-        assert!(took < bound, "a refused try took {took:?}, a refused request {request:?}");
+        tries += t0.elapsed();
         let t0 = Instant::now();
         let e = lock.acquire(Some(Duration::from_millis(50))).await.unwrap_err();
-        let took = t0.elapsed();
+        waits += t0.elapsed();
         assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "{e}");
         assert!(e.message().contains("Connection refused"), "the wait quotes the refusal: {e}");
-        assert!(took < bound, "a refused 50 ms wait took {took:?}, a refused request {request:?}");
     }
+    assert!(requests < Duration::from_secs(3), "3 refused requests took {requests:?}");
+    let bound = requests * 3 / 2 + Duration::from_millis(150);
+    assert!(tries < bound, "3 refused tries took {tries:?}, 3 refused requests {requests:?}");
+    assert!(waits < bound, "3 refused 50 ms waits took {waits:?}, 3 refused requests {requests:?}");
 }
 
 // Release channels that fall idle while the server is down: their UNSUBSCRIBE fails, and the
