@@ -182,7 +182,8 @@ const maxWait = 365 * 24 * time.Hour
 
 // TryAcquire makes one attempt without waiting: (nil, nil) when another owner holds the lock.
 // ctx is checked before the attempt, not during it: the attempt is one request, bounded by the
-// client's ResponseTimeout (Redlock: RedlockNodeTimeout per master). Use Acquire with a ctx
+// client's ResponseTimeout (Redlock: RedlockNodeTimeout per master; a server that refuses
+// connections: one reconnect burst, 0.14–0.28 s, docs/CONNECTIONS.md). Use Acquire with a ctx
 // deadline to bound a call more tightly. The returned Held carries ctx's values, not its
 // cancellation.
 func (l *Lock) TryAcquire(ctx context.Context) (*Held, error) {
