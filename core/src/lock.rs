@@ -768,7 +768,9 @@ impl Lock {
                 }
                 Err(e) => {
                     let err = c.error(&e);
-                    if !err.kind().is_transient() {
+                    // A refused connection: the server is down now, and the connection has
+                    // just spent its reconnect burst (a retry would only wait out another).
+                    if !err.kind().is_transient() || conn.never_sent(&e) {
                         return Err(err);
                     }
                     last = Some(err); // the reply was lost, not the request: retry is safe
