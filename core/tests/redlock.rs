@@ -1011,39 +1011,16 @@ async fn an_undecided_reentry_leaves_no_fresh_hold_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_on_all_masters_is_invisible() {
     let servers = start_many(5);
-    let errors = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
+    let c = Churn::default();
     let mut tasks = Vec::new();
     for _ in 0..3 {
         let client = redlock_with(&servers, calm()).await;
-        let (errors, done, stop) = (errors.clone(), done.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            // Renewed every 200 ms: a hold survives one late renewal (three copies of this binary
-            // side by side once saw a 300 ms lease run out while its renewal reloaded scripts).
-            let lock = client.lock("flush", LockOptions::renewing(Duration::from_millis(600))).unwrap();
-            while !stop.load(Ordering::SeqCst) {
-                match lock.acquire(Some(Duration::from_secs(10))).await {
-                    Ok(g) => {
-                        // Long enough for watchdog renewals (pipelines) to meet a flushed cache.
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                        match g.release().await {
-                            Ok(()) => {
-                                done.fetch_add(1, Ordering::SeqCst);
-                            }
-                            Err(e) => {
-                                eprintln!("release: {e}");
-                                errors.fetch_add(1, Ordering::SeqCst);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("acquire: {e}");
-                        errors.fetch_add(1, Ordering::SeqCst);
-                    }
-                }
-            }
-        }));
+        // Renewed every 200 ms: a hold survives one late renewal (three copies of this binary
+        // side by side once saw a 300 ms lease run out while its renewal reloaded scripts).
+        let lock = client.lock("flush", LockOptions::renewing(Duration::from_millis(600))).unwrap();
+        // Held long enough for watchdog renewals (pipelines) to meet a flushed cache.
+        let hold = Duration::from_millis(250);
+        tasks.push(tokio::spawn(churn(lock, Duration::from_secs(10), hold, c.clone())));
     }
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1051,12 +1028,12 @@ async fn script_flush_on_all_masters_is_invisible() {
             let _: () = s.cmd(&["SCRIPT", "FLUSH"]);
         }
     }
-    stop.store(true, Ordering::SeqCst);
+    c.stop.store(true, Ordering::SeqCst);
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(errors.load(Ordering::SeqCst), 0);
-    assert!(done.load(Ordering::SeqCst) >= 5, "too few acquisitions: {}", done.load(Ordering::SeqCst));
+    assert_eq!(c.errors.load(Ordering::SeqCst), 0);
+    assert!(c.done.load(Ordering::SeqCst) >= 5, "too few acquisitions: {}", c.done.load(Ordering::SeqCst));
     let loads: u64 = servers.iter().map(|s| s.command_calls().get("script|load").copied().unwrap_or(0)).sum();
     assert!(loads > 0, "control: no script was ever reloaded, so the flush did not bite");
 }

@@ -670,7 +670,7 @@ async fn an_acquire_refused_by_a_down_server_owes_no_undo() {
     let mut held = Vec::new();
     for i in 0..3 {
         held.push(
-            client.lock(&format!("down-{i}"), LockOptions::default()).unwrap().acquire(None).await.unwrap(),
+            client.lock(format!("down-{i}"), LockOptions::default()).unwrap().acquire(None).await.unwrap(),
         );
     }
     server.kill9();
@@ -735,37 +735,14 @@ async fn channels_idle_during_an_outage_are_unsubscribed_once_it_is_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_and_restart_are_invisible() {
     let mut server = RedisServer::start();
-    let errors = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
+    let c = Churn::default();
     let main = connect(&server).await;
     let mut tasks = Vec::new();
     for _ in 0..4 {
         let client = connect(&server).await;
-        let (errors, done, stop) = (errors.clone(), done.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            let lock = client.lock("sf", LockOptions::renewing(Duration::from_secs(2))).unwrap();
-            while !stop.load(Ordering::SeqCst) {
-                match lock.acquire(Some(Duration::from_secs(20))).await {
-                    Ok(g) => {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                        match g.release().await {
-                            Ok(()) => {
-                                done.fetch_add(1, Ordering::SeqCst);
-                            }
-                            Err(e) => {
-                                eprintln!("release: {e}");
-                                errors.fetch_add(1, Ordering::SeqCst);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("acquire: {e}");
-                        errors.fetch_add(1, Ordering::SeqCst);
-                    }
-                }
-            }
-        }));
+        let lock = client.lock("sf", LockOptions::renewing(Duration::from_secs(2))).unwrap();
+        let (wait, hold) = (Duration::from_secs(20), Duration::from_millis(1));
+        tasks.push(tokio::spawn(churn(lock, wait, hold, c.clone())));
     }
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -775,21 +752,21 @@ async fn script_flush_and_restart_are_invisible() {
     // out the outage. The holder itself learns its hold is gone (LOST), which is the truth.
     let held = main.lock("sf", LockOptions::lease(Duration::from_secs(5))).unwrap();
     let g = held.acquire(Some(Duration::from_secs(10))).await.unwrap();
-    let before = done.load(Ordering::SeqCst);
+    let before = c.done.load(Ordering::SeqCst);
     server.shutdown_nosave();
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.restart();
     let t0 = Instant::now();
-    while done.load(Ordering::SeqCst) < before + 20 && t0.elapsed() < Duration::from_secs(10) {
+    while c.done.load(Ordering::SeqCst) < before + 20 && t0.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    stop.store(true, Ordering::SeqCst);
+    c.stop.store(true, Ordering::SeqCst);
     for t in tasks {
         t.await.unwrap();
     }
     assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::Lost);
-    assert_eq!(errors.load(Ordering::SeqCst), 0);
-    assert!(done.load(Ordering::SeqCst) >= before + 20, "workers did not resume after restart");
+    assert_eq!(c.errors.load(Ordering::SeqCst), 0);
+    assert!(c.done.load(Ordering::SeqCst) >= before + 20, "workers did not resume after restart");
 }
 
 // 8. A response timeout during acquire (server paused): no ghost hold remains afterwards.

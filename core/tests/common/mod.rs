@@ -5,10 +5,11 @@ pub mod cluster;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferrolock::{Client, ClientOptions};
+use ferrolock::{Client, ClientOptions, Lock};
 pub use ferrolock_testkit::RedisServer;
 
 pub async fn connect(server: &RedisServer) -> Client {
@@ -62,6 +63,39 @@ pub async fn tables_emptied(client: &Client) {
 /// The lock release channels `server` has subscribers for.
 pub fn release_channels(server: &RedisServer) -> Vec<String> {
     server.cmd(&["PUBSUB", "CHANNELS", "ferrolock:*"])
+}
+
+/// What [`churn`] workers count, and their stop flag.
+#[derive(Clone, Default)]
+pub struct Churn {
+    pub done: Arc<AtomicU64>,
+    pub errors: Arc<AtomicU64>,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Acquire `lock` (waiting up to `wait`), hold it for `hold`, release, until `c.stop`: each
+/// release counted in `c.done`, every error printed and counted in `c.errors` (the tests of
+/// faults that users must not see).
+pub async fn churn(lock: Lock, wait: Duration, hold: Duration, c: Churn) {
+    while !c.stop.load(Ordering::SeqCst) {
+        let tally = match lock.acquire(Some(wait)).await {
+            Ok(g) => {
+                tokio::time::sleep(hold).await;
+                match g.release().await {
+                    Ok(()) => &c.done,
+                    Err(e) => {
+                        eprintln!("release: {e}");
+                        &c.errors
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("acquire: {e}");
+                &c.errors
+            }
+        };
+        tally.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 pub fn fast_opts() -> ClientOptions {
