@@ -68,19 +68,6 @@ pub(crate) enum Conn {
 // back, and could let the lease run out: watchdog audit). A refusal the request waited for is a
 // burst that just failed: the server is down now, and a second burst would only double the
 // wait (a refused try took two bursts, about 0.5 s).
-/// `f`'s output, and whether it had to wait for it (was not ready when first polled).
-async fn waited<F: Future>(f: F) -> (F::Output, bool) {
-    let mut f = std::pin::pin!(f);
-    let mut pending = false;
-    let out = std::future::poll_fn(|cx| {
-        let p = f.as_mut().poll(cx);
-        pending |= p.is_pending();
-        p
-    })
-    .await;
-    (out, pending)
-}
-
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         match self {
@@ -127,6 +114,19 @@ impl ConnectionLike for Conn {
             Conn::Cluster(_) => 0,
         }
     }
+}
+
+/// `f`'s output, and whether it had to wait for it (was not ready when first polled).
+async fn waited<F: Future>(f: F) -> (F::Output, bool) {
+    let mut f = std::pin::pin!(f);
+    let mut pending = false;
+    let out = std::future::poll_fn(|cx| {
+        let p = f.as_mut().poll(cx);
+        pending |= p.is_pending();
+        p
+    })
+    .await;
+    (out, pending)
 }
 
 impl Conn {

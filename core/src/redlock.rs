@@ -372,8 +372,8 @@ fn mark_late_after(slots: Vec<Arc<Slot>>, took: Duration, cap: Duration) {
 enum Reply<T> {
     Ok(T),
     Err(Error),
-    /// Not sent. Acquire: the master is lagging, disconnected or over its cap, or this handle's
-    /// lane to it is busy. Release: no acquire of this handle can have reached the master.
+    /// Not sent, and nothing to report: a release to a master that no acquire of this handle
+    /// can have reached. A request that could not be sent is an `Err` saying why.
     Skipped,
 }
 
