@@ -53,7 +53,9 @@ pub(crate) enum Backend {
 /// server the sentinels name as master (rebuilt when that changes: `sentinel.rs`).
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Direct(ConnectionManager),
+    /// With the bound of each request ([`bounded`]); `None` for a Redlock master, whose
+    /// requests are bounded where they are sent.
+    Direct(ConnectionManager, Option<Duration>),
     Sentinel(Arc<SentinelConn>),
     #[cfg(feature = "cluster")]
     Cluster(crate::cluster::ClusterConns),
@@ -71,13 +73,13 @@ pub(crate) enum Conn {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         match self {
-            Conn::Direct(m) => Box::pin(async move {
+            Conn::Direct(m, bound) => Box::pin(bounded(*bound, async move {
                 match waited(m.req_packed_command(cmd)).await {
                     // See `refused_again`.
                     (Err(e), false) if e.is_connection_refusal() => m.req_packed_command(cmd).await,
                     (r, _) => r,
                 }
-            }),
+            })),
             Conn::Sentinel(s) => crate::sentinel::req_command(s, cmd),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => crate::cluster::req_command(c, cmd),
@@ -91,7 +93,7 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Direct(m) => Box::pin(async move {
+            Conn::Direct(m, bound) => Box::pin(bounded(*bound, async move {
                 match waited(m.req_packed_commands(pipeline, offset, count)).await {
                     // See `refused_again`.
                     (Err(e), false) if e.is_connection_refusal() => {
@@ -99,7 +101,7 @@ impl ConnectionLike for Conn {
                     }
                     (r, _) => r,
                 }
-            }),
+            })),
             Conn::Sentinel(s) => crate::sentinel::req_commands(s, pipeline, offset, count),
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => crate::cluster::req_commands(c, pipeline, offset, count),
@@ -108,7 +110,7 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Direct(m) => m.get_db(),
+            Conn::Direct(m, _) => m.get_db(),
             Conn::Sentinel(s) => s.db(),
             #[cfg(feature = "cluster")]
             Conn::Cluster(_) => 0,
@@ -129,6 +131,23 @@ async fn waited<F: Future>(f: F) -> (F::Output, bool) {
     (out, pending)
 }
 
+/// `f`, bounded by `bound` from the start: the wait for a connection being set up again counts
+/// too. The connection's own response timeout starts once the request is sent, and its
+/// reconnect burst is four connects of up to `connect_timeout` each: against a server whose new
+/// connections were dropped unanswered (a firewall, a host gone), a request waited 8 s, and a
+/// 500 ms `acquire(wait)` with its undo 24.6 s. Expiry is a timeout: the request may have gone
+/// out once the connection was up, so its outcome is unknown.
+pub(crate) async fn bounded<T>(
+    bound: Option<Duration>,
+    f: impl Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    let Some(bound) = bound else { return f.await };
+    match tokio::time::timeout(bound, f).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out").into()),
+    }
+}
+
 impl Conn {
     /// Releases publish with `SPUBLISH` (sharded pub/sub) on a cluster, `PUBLISH` elsewhere
     /// (docs/PROTOCOL.md).
@@ -145,7 +164,7 @@ impl Conn {
     /// node before a reconnect was refused, so it never says so.
     pub(crate) fn never_sent(&self, e: &redis::RedisError) -> bool {
         match self {
-            Conn::Direct(_) | Conn::Sentinel(_) => e.is_connection_refusal(),
+            Conn::Direct(..) | Conn::Sentinel(_) => e.is_connection_refusal(),
             #[cfg(feature = "cluster")]
             Conn::Cluster(_) => false,
         }
@@ -171,7 +190,7 @@ impl PubSubConn for ConnectionManager {
 impl PubSubConn for Conn {
     async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
-            Conn::Direct(m) => m.subscribe(channel).await,
+            Conn::Direct(m, _) => m.subscribe(channel).await,
             Conn::Sentinel(s) => s.subscribe(channel).await,
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.sub.subscribe(channel).await,
@@ -180,7 +199,7 @@ impl PubSubConn for Conn {
 
     async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
-            Conn::Direct(m) => m.unsubscribe(channel).await,
+            Conn::Direct(m, _) => m.unsubscribe(channel).await,
             Conn::Sentinel(s) => s.unsubscribe(channel).await,
             #[cfg(feature = "cluster")]
             Conn::Cluster(c) => c.sub.unsubscribe(channel).await,
@@ -230,7 +249,7 @@ impl Client {
             let target = Target::parse(url, &opts.tls)?;
             let conn = target.manager(&opts, Some(opts.response_timeout), &notifier).await?;
             hot = HotConn::for_server(target.client.get_connection_info(), &opts);
-            (Conn::Direct(conn), target.secrets, target.addr, Arc::new(opts))
+            (Conn::Direct(conn, Some(opts.response_timeout)), target.secrets, target.addr, Arc::new(opts))
         };
         tokio::spawn(Notifier::sweep(
             Arc::downgrade(&notifier),

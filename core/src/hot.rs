@@ -355,7 +355,9 @@ impl HotConn {
                 _ => *retry_at = None,
             }
         }
-        let opened = tokio::time::timeout(self.connect_timeout, async {
+        // A request waits for this connect (it falls back to the multiplexed connection after):
+        // no longer than it would wait for a reply.
+        let opened = tokio::time::timeout(self.connect_timeout.min(self.response_timeout), async {
             let mut stream = match &self.endpoint {
                 Endpoint::Tcp(host, port) => {
                     let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;

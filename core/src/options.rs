@@ -17,6 +17,8 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// How long to wait for any one reply. A command that times out may still have run on the
     /// server: acquisitions that time out are followed by a compare-and-delete. Default 1 s.
+    /// Once connected, it bounds each request whole, including a wait for the connection to be
+    /// set up again after it broke (and the hot path's connect: docs/CONNECTIONS.md).
     /// Redlock bounds each request to a master by `redlock_node_timeout` instead.
     pub response_timeout: Duration,
     /// Key prefix; keys are `<prefix>{<name>}` plus suffixes. Default `"ferrolock:"`.

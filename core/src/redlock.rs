@@ -1477,7 +1477,7 @@ fn start_node(node: &Arc<Node>, conn: ConnectionManager, opts: &Arc<ClientOption
         opts.subscription_linger,
         Some(opts.redlock_node_timeout.max(opts.response_timeout)),
     ));
-    let _ = node.conn.set(Conn::Direct(conn));
+    let _ = node.conn.set(Conn::Direct(conn, None));
 }
 
 /// Keep trying a master that could not be reached at connect time.

@@ -562,7 +562,7 @@ pub(crate) fn req_command<'a>(
 ) -> redis::RedisFuture<'a, Value> {
     Box::pin(async move {
         let mut m = s.manager();
-        let r = m.req_packed_command(cmd).await;
+        let r = crate::client::bounded(Some(s.opts.response_timeout), m.req_packed_command(cmd)).await;
         match &r {
             Err(e) => s.after_error(e),
             // Server errors come back as values; the caller turns them into errors.
@@ -580,7 +580,8 @@ pub(crate) fn req_commands<'a>(
 ) -> redis::RedisFuture<'a, Vec<Value>> {
     Box::pin(async move {
         let mut m = s.manager();
-        let r = m.req_packed_commands(pipeline, offset, count).await;
+        let bound = Some(s.opts.response_timeout);
+        let r = crate::client::bounded(bound, m.req_packed_commands(pipeline, offset, count)).await;
         match &r {
             Err(e) => s.after_error(e),
             Ok(values) => s.after_values(values),

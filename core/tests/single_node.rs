@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferrolock::{ClientOptions, ErrorKind, LockOptions, LockState};
+use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState};
 use redis::AsyncCommands;
 
 /// Read-modify-write of `ctr` on the server, with a gap between read and write so that any
@@ -664,7 +664,7 @@ async fn the_first_request_after_an_outage_goes_through() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_refused_by_a_down_server_owes_no_undo() {
     let mut server = RedisServer::start();
-    let client = connect_with(&server, fast_opts()).await;
+    let client = connect(&server).await; // a response timeout (1 s) longer than a burst
     let lock = client.lock("down", LockOptions::lease(Duration::from_secs(30))).unwrap();
     lock.acquire(None).await.unwrap().release().await.unwrap();
     let mut held = Vec::new();
@@ -698,6 +698,37 @@ async fn an_acquire_refused_by_a_down_server_owes_no_undo() {
     assert!(tries < bound, "3 refused tries took {tries:?}, 3 refused requests {requests:?}");
     assert!(waits < bound, "3 refused 50 ms waits took {waits:?}, 3 refused requests {requests:?}");
     assert!(releases < bound, "3 refused releases took {releases:?}, 3 refused requests {requests:?}");
+}
+
+// A server whose connections were closed and whose new connections are never answered (a
+// firewall, a load balancer in front of a dead server): each call is bounded by the response
+// timeout, including the wait for a connection being set up again. A reconnect burst is four
+// connects of up to `connect_timeout` (2 s) each, and requests used to wait it out: a try took
+// 24.6 s (attempt, undo, the undo's retry: a burst each), and a 500 ms wait as long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_are_bounded_while_new_connections_hang() {
+    let server = RedisServer::start();
+    let proxy = CutProxy::start(&server);
+    let mut opts = ClientOptions::default();
+    opts.response_timeout = Duration::from_millis(300);
+    let client = Client::connect(&proxy.url, opts).await.unwrap();
+    let lock = client.lock("hang", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    lock.acquire(None).await.unwrap().release().await.unwrap();
+    proxy.cut();
+    for _ in 0..2 {
+        // The hot connection's connect, the attempt, its undo and the undo's retry: at most
+        // four response timeouts.
+        let t0 = Instant::now();
+        let e = lock.try_acquire().await.unwrap_err();
+        let took = t0.elapsed();
+        assert!(e.kind().is_transient(), "{e}");
+        assert!(took < Duration::from_secs(3), "a try took {took:?}");
+        let t0 = Instant::now();
+        let e = lock.acquire(Some(Duration::from_millis(500))).await.unwrap_err();
+        let took = t0.elapsed();
+        assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "{e}");
+        assert!(took < Duration::from_millis(3500), "a 500 ms wait took {took:?}");
+    }
 }
 
 // Release channels that fall idle while the server is down: their UNSUBSCRIBE fails, and the

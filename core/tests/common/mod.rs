@@ -209,3 +209,64 @@ impl HoldProxy {
         self.hold.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// A TCP proxy on a free loopback port to `server` that can be cut: [`CutProxy::cut`] closes
+/// every connection it carries and fills its accept queue, so that from then on a connect to it
+/// gets no answer at all (a server gone behind a firewall: a reconnect waits out its timeout).
+pub struct CutProxy {
+    pub url: String,
+    addr: std::net::SocketAddr,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl CutProxy {
+    pub fn start(server: &RedisServer) -> CutProxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (cut, open) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
+        let (c, o, target) = (cut.clone(), open.clone(), server.port());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if c.load(Ordering::SeqCst) {
+                    // Accept no more (the listener stays open): the queue fills up.
+                    let _kept = (client, listener);
+                    loop {
+                        std::thread::park();
+                    }
+                }
+                let Ok(client) = client else { return };
+                let Ok(upstream) = TcpStream::connect(("127.0.0.1", target)) else { return };
+                let _ = (client.set_nodelay(true), upstream.set_nodelay(true));
+                for (mut from, mut to) in [(&client, &upstream), (&upstream, &client)]
+                    .map(|(a, b)| (a.try_clone().unwrap(), b.try_clone().unwrap()))
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+                o.lock().unwrap().extend([client, upstream]);
+            }
+        });
+        CutProxy { url: format!("redis://{addr}"), addr, cut, open }
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut open = self.open.lock().unwrap();
+        for s in open.drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        // Connects complete (into the accept queue) until it is full; after that the kernel
+        // drops their SYNs, and a connect hangs.
+        for n in 0.. {
+            assert!(n < 10_000, "the accept queue never filled up");
+            match TcpStream::connect_timeout(&self.addr, Duration::from_millis(300)) {
+                Ok(s) => open.push(s),
+                Err(_) => break,
+            }
+        }
+    }
+}
