@@ -48,7 +48,8 @@ pub enum ErrorKind {
     NotReplicated,
     /// The server sent a reply this library does not understand.
     Protocol,
-    /// A script failed on the server (EVAL disabled, script error, fence exhausted).
+    /// The server refused a script or command for good (EVAL disabled, script error, fence
+    /// exhausted, the lock's key holding a value of another type: `WRONGTYPE`).
     Script,
     /// The server's ACL denied a command or key.
     Permission,
@@ -242,16 +243,22 @@ impl Error {
         } else {
             match e.kind() {
                 R::AuthenticationFailed => ErrorKind::Auth,
-                R::Server(_) => match e.code() {
+                // A server's error reply; `Extension` is one whose code the driver does not know
+                // (WRONGTYPE, BUSY, OOM, NOREPLICAS, ...).
+                R::Server(_) | R::Extension => match e.code() {
                     Some("NOPERM") => ErrorKind::Permission,
                     Some("WRONGPASS") | Some("NOAUTH") => ErrorKind::Auth,
-                    // READONLY: a master demoted by a failover (Sentinel asks again, a cluster
-                    // refreshes its slot map); CLUSTERDOWN: a cluster between states; MOVED and
-                    // ASK that outlasted the driver's redirections: a slot on the move.
+                    // States a server leaves by itself, so a wait tries again: READONLY, a master
+                    // demoted by a failover (Sentinel asks again, a cluster refreshes its slot
+                    // map); CLUSTERDOWN, a cluster between states; MOVED and ASK that outlasted
+                    // the driver's redirections, a slot on the move; BUSY, another client's
+                    // script running long; OOM, memory full until keys expire or are evicted;
+                    // NOREPLICAS, too few replicas for `min-replicas-to-write` until they return.
                     Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("MASTERDOWN")
-                    | Some("READONLY") | Some("CLUSTERDOWN") | Some("MOVED") | Some("ASK") => {
-                        ErrorKind::Connection
-                    }
+                    | Some("READONLY") | Some("CLUSTERDOWN") | Some("MOVED") | Some("ASK")
+                    | Some("OOM") | Some("NOREPLICAS") => ErrorKind::Connection,
+                    // Anything else will not pass by waiting: WRONGTYPE (the lock's key holds
+                    // a value that is not ours), a script error, an unknown command.
                     _ => ErrorKind::Script,
                 },
                 R::Parse | R::UnexpectedReturnType => ErrorKind::Protocol,
@@ -342,10 +349,18 @@ mod tests {
             b"-CLUSTERDOWN The cluster is down\r\n",
             b"-READONLY You can't write against a read only replica.\r\n",
             b"-LOADING Redis is loading the dataset in memory\r\n",
+            b"-BUSY Redis is busy running a script.\r\n",
+            b"-OOM command not allowed when used memory > 'maxmemory'.\r\n",
+            b"-NOREPLICAS Not enough good replicas to write.\r\n",
         ] {
             assert!(kind(reply).is_transient(), "{}", String::from_utf8_lossy(reply));
         }
         assert_eq!(kind(b"-ERR Error running script\r\n"), ErrorKind::Script);
+        // A code the driver does not know is still the server's refusal, not a broken connection.
+        assert_eq!(
+            kind(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"),
+            ErrorKind::Script
+        );
         assert_eq!(kind(b"-NOPERM this user has no permissions\r\n"), ErrorKind::Permission);
     }
 }

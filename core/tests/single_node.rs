@@ -291,6 +291,26 @@ async fn fences_survive_restart_expiry_and_big_values() {
     }
 }
 
+/// A lock key that holds another type (a name clash with the application's own keys) fails
+/// every acquire the same way: waiting cannot cure it, so even an unbounded wait ends at once
+/// with the server's reason instead of retrying it as a connection fault forever.
+#[tokio::test]
+async fn a_lock_key_of_another_type_ends_even_an_unbounded_wait() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let _: () = server.cmd(&["SET", "ferrolock:{clash}", "the application's value"]);
+    let lock = client.lock("clash", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    for wait in [Some(Duration::ZERO), None] {
+        let r = tokio::time::timeout(Duration::from_secs(5), lock.acquire(wait)).await;
+        let e = r.expect("an acquire kept retrying a WRONGTYPE refusal").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Script, "{e}");
+        assert!(!e.kind().is_transient());
+        assert!(e.message().contains("WRONGTYPE"), "{e}");
+    }
+    let value: String = server.cmd(&["GET", "ferrolock:{clash}"]);
+    assert_eq!(value, "the application's value");
+}
+
 /// 8 workers contend on one lock, each holding for `hold`; returns client commands per
 /// acquisition. `shared`: the workers are 8 handles of one client (else 8 clients).
 async fn contended_calls_per_acquisition(
