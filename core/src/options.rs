@@ -232,6 +232,23 @@ impl ClientOptions {
         if self.drift_min > Duration::from_secs(60) {
             return bad("drift_min above one minute");
         }
+        if self.subscription_linger > MAX_DURATION {
+            return Err(Error::invalid_duration("subscription_linger", "at most one year"));
+        }
+        // The Redlock settings are checked for every client, so that a value a binding passes
+        // to both kinds of client is refused the same way by each.
+        if self.redlock_node_timeout.is_zero() || self.redlock_node_timeout > Duration::from_secs(60) {
+            return Err(Error::invalid_duration(
+                "redlock_node_timeout",
+                "must be > 0 and at most one minute",
+            ));
+        }
+        if self.redlock_retry_jitter > Duration::from_secs(60) {
+            return Err(Error::invalid_duration("redlock_retry_jitter", "at most one minute"));
+        }
+        if self.redlock_max_inflight == 0 {
+            return bad("redlock_max_inflight must be at least 1");
+        }
         crate::timing::check_ttl(self, "watchdog_ttl", self.watchdog_ttl)?;
         if let Some(acks) = &self.replica_acks {
             acks.validate(self.response_timeout)?;
@@ -260,18 +277,6 @@ impl ClientOptions {
                 "redlock_quorum {quorum} for {n} masters: it must be a strict majority (more than {}, at most {n})",
                 n / 2
             ));
-        }
-        if self.redlock_node_timeout.is_zero() || self.redlock_node_timeout > Duration::from_secs(60) {
-            return Err(Error::invalid_duration(
-                "redlock_node_timeout",
-                "must be > 0 and at most one minute",
-            ));
-        }
-        if self.redlock_retry_jitter > Duration::from_secs(60) {
-            return Err(Error::invalid_duration("redlock_retry_jitter", "at most one minute"));
-        }
-        if self.redlock_max_inflight == 0 {
-            return bad("redlock_max_inflight must be at least 1".to_owned());
         }
         if self.replica_acks.is_some() {
             return bad(
@@ -357,9 +362,22 @@ mod tests {
                 "{q} of {n}"
             );
         }
-        let o = ClientOptions { redlock_node_timeout: Duration::ZERO, ..ClientOptions::default() };
-        assert_eq!(o.validate_redlock(3).unwrap_err().kind(), ErrorKind::InvalidDuration);
-        let o = ClientOptions { redlock_retry_jitter: Duration::from_secs(61), ..ClientOptions::default() };
-        assert_eq!(o.validate_redlock(3).unwrap_err().kind(), ErrorKind::InvalidDuration);
+    }
+
+    #[test]
+    fn out_of_range_durations_are_refused_for_every_client() {
+        let d = ClientOptions::default;
+        for (o, what) in [
+            (ClientOptions { redlock_node_timeout: Duration::ZERO, ..d() }, "redlock_node_timeout"),
+            (ClientOptions { redlock_retry_jitter: Duration::from_secs(61), ..d() }, "redlock_retry_jitter"),
+            (ClientOptions { subscription_linger: MAX_DURATION * 2, ..d() }, "subscription_linger"),
+        ] {
+            let e = o.validate().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidDuration, "{what}");
+            assert!(e.message().contains(what), "{e}");
+        }
+        let o = ClientOptions { redlock_max_inflight: 0, ..d() };
+        assert_eq!(o.validate().unwrap_err().kind(), ErrorKind::InvalidConfig);
+        assert!(d().validate().is_ok());
     }
 }
