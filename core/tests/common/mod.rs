@@ -141,6 +141,23 @@ impl Monitor {
     }
 }
 
+/// A proxy's connection to the server on `port` for its accepted `client`, both without Nagle.
+fn upstream_for(client: &TcpStream, port: u16) -> Option<TcpStream> {
+    let upstream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let _ = (client.set_nodelay(true), upstream.set_nodelay(true));
+    Some(upstream)
+}
+
+/// Copies what arrives on `from` to `to` on a thread of its own; when `from` ends (or `to`
+/// fails), shuts `to` down (`how`).
+fn pump(from: &TcpStream, to: &TcpStream, how: std::net::Shutdown) {
+    let (mut from, mut to) = (from.try_clone().unwrap(), to.try_clone().unwrap());
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from, &mut to);
+        let _ = to.shutdown(how);
+    });
+}
+
 /// A TCP proxy on a free loopback port to `server`: what the client sends on its connection
 /// number `held_conn` (0-based, in accept order) is held back while [`HoldProxy::hold`] is on,
 /// then delivered in order; everything else flows. A slow or lossy path on that one connection:
@@ -162,19 +179,8 @@ impl HoldProxy {
         std::thread::spawn(move || {
             for (idx, c) in listener.incoming().enumerate() {
                 let Ok(client) = c else { return };
-                let Ok(upstream) = TcpStream::connect(("127.0.0.1", target)) else { return };
-                let _ = (client.set_nodelay(true), upstream.set_nodelay(true));
-                let (mut from_server, mut to_client) =
-                    (upstream.try_clone().unwrap(), client.try_clone().unwrap());
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 16384];
-                    while let Ok(k) = from_server.read(&mut buf) {
-                        if k == 0 || to_client.write_all(&buf[..k]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = to_client.shutdown(std::net::Shutdown::Write);
-                });
+                let Some(upstream) = upstream_for(&client, target) else { return };
+                pump(&upstream, &client, std::net::Shutdown::Write);
                 let (mut from_client, mut to_server, hold) = (client, upstream, h.clone());
                 std::thread::spawn(move || {
                     from_client.set_read_timeout(Some(Duration::from_millis(5))).unwrap();
@@ -237,16 +243,9 @@ impl CutProxy {
                     }
                 }
                 let Ok(client) = client else { return };
-                let Ok(upstream) = TcpStream::connect(("127.0.0.1", target)) else { return };
-                let _ = (client.set_nodelay(true), upstream.set_nodelay(true));
-                for (mut from, mut to) in [(&client, &upstream), (&upstream, &client)]
-                    .map(|(a, b)| (a.try_clone().unwrap(), b.try_clone().unwrap()))
-                {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                    });
-                }
+                let Some(upstream) = upstream_for(&client, target) else { return };
+                pump(&client, &upstream, std::net::Shutdown::Both);
+                pump(&upstream, &client, std::net::Shutdown::Both);
                 o.lock().unwrap().extend([client, upstream]);
             }
         });
