@@ -84,17 +84,18 @@ impl Held {
     /// `NOT_HELD` if this `Held` was already released, `LOST` if the hold was lost meanwhile.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn release<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Reply<()>>> {
-        let guard = self.guard.clone();
-        driver::promise(env, async move { Reply(guard.release().await) })
+        // Made here, not inside the task: a close() later in this turn leaves it to be sent.
+        let release = self.guard.release_shared();
+        driver::promise(env, async move { Reply(release.await) })
     }
 
     /// `await using held = await lock.acquire()`: releases this level unless it was already
     /// released (then a no-op). Rejects with `LOST` if the hold was lost before the release.
     #[napi(well_known_symbol = "asyncDispose", ts_return_type = "Promise<void>")]
     pub fn dispose<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Reply<()>>> {
-        let guard = self.guard.clone();
+        let release = self.guard.release_shared();
         driver::promise(env, async move {
-            match guard.release().await {
+            match release.await {
                 Err(e) if e.kind() == ferrolock::ErrorKind::NotHeld => Reply(Ok(())),
                 r => Reply(r),
             }

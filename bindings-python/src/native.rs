@@ -423,8 +423,8 @@ impl NativeGuard {
     /// task of its own: cancelling aborts only the task that awaits it (an abort that came
     /// before the release was first polled used to drop it unstarted, leaving the hold renewed).
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let g = self.inner.get(py)?.clone();
-        let task = crate::runtime::runtime(py)?.spawn(async move { g.release().await });
+        // Made here, not inside the task: a close() before the task first runs leaves it to be sent.
+        let task = crate::runtime::runtime(py)?.spawn(self.inner.get(py)?.release_shared());
         let done = async move {
             task.await.unwrap_or_else(|_| {
                 Err(ferrolock::Error::new(ferrolock::ErrorKind::Internal, "the release task failed"))

@@ -489,7 +489,7 @@ impl Client {
             return;
         }
         self.inner.closing.notify_waiters();
-        self.inner.watchdog.close("the client was closed");
+        self.inner.watchdog.close(CLOSED_WHY);
     }
 
     /// Whether [`Client::close`] was called (on this client or any clone).
@@ -666,9 +666,12 @@ impl fmt::Debug for Client {
     }
 }
 
+/// Why the holds of a closed client are lost, and its later calls refused.
+pub(crate) const CLOSED_WHY: &str = "the client was closed";
+
 /// The error of any call on a closed client (or a lock or guard made from it).
 pub(crate) fn closed_error() -> Error {
-    Error::new(ErrorKind::Closed, "the client was closed")
+    Error::new(ErrorKind::Closed, CLOSED_WHY)
 }
 
 fn redact_with(secrets: &[String], mut s: String) -> String {

@@ -559,7 +559,13 @@ impl Lock {
                 let err = inner.client.error(&e);
                 // Nothing to undo after a refused connection: the request never went out.
                 if err.kind().is_transient() && !conn.never_sent(&e) {
-                    Box::pin(pending.settle()).await;
+                    if inner.client.is_closed() {
+                        // This acquire ends with CLOSED: nothing follows that the undo must
+                        // come before, so it does not wait for it (GUARANTEES, "Closing a client").
+                        pending.spawn();
+                    } else {
+                        Box::pin(pending.settle()).await;
+                    }
                 } else {
                     pending.disarm();
                 }
@@ -1086,10 +1092,27 @@ impl Guard {
     /// task) is finished in the background, so the lock is not left taken by a guard that can no
     /// longer release it; if that background attempt fails, the lease runs out.
     ///
-    /// [`ErrorKind::Closed`] once the client is closed: nothing is sent, the lease runs out.
-    pub async fn release(&self) -> Result<()> {
-        self.lock.inner.client.check_open()?;
-        self.release_open().await
+    /// [`ErrorKind::Closed`] when the client was closed before this call: nothing is sent, the
+    /// lease runs out. Whether it was is decided when `release` is called, not when the future
+    /// first runs, so a release asked for before [`Client::close`](crate::Client::close) is sent
+    /// even if its future runs after the close (a binding's spawned call, a SIGTERM handler that
+    /// releases and then closes): it succeeds if it found the hold still there.
+    pub fn release(&self) -> impl Future<Output = Result<()>> + Send + '_ {
+        let open = self.lock.inner.client.check_open();
+        async move {
+            open?;
+            self.release_open().await
+        }
+    }
+
+    /// [`Guard::release`] as a `'static` future, for a guard shared by reference count (a
+    /// binding spawns it on the runtime).
+    pub fn release_shared(self: &Arc<Self>) -> impl Future<Output = Result<()>> + Send + 'static {
+        let (open, guard) = (self.lock.inner.client.check_open(), self.clone());
+        async move {
+            open?;
+            guard.release_open().await
+        }
     }
 
     async fn release_open(&self) -> Result<()> {
@@ -1134,11 +1157,16 @@ impl Guard {
             if !c.watchdog.unregister_settled(hold, c.opts.response_timeout).await {
                 lock.inner.pin.follow_renewals();
             }
-            let _ = lock.send_release(0).await;
+            let sent = lock.send_release(0).await;
             lock.set_current(None);
             // The hold went final before this release: say why (a refused renewal or extend,
             // or the local lease deadline passing, which `state()` notices itself).
             let why = hold.lost_reason().unwrap_or_else(|| "no reason was recorded".to_owned());
+            if why == crate::client::CLOSED_WHY && matches!(sent, Ok(n) if n >= 0) {
+                // Asked for before the close (`release` checks then), run after it: the close
+                // only marked the hold lost, and this release found it and freed it.
+                return Ok(());
+            }
             return Err(Error::new(ErrorKind::Lost, format!("the lock was lost before release: {why}")));
         }
         let target = hold.live_levels().saturating_sub(1);

@@ -177,7 +177,7 @@ impl Watchdog {
             if self.shared.closed.load(Ordering::Relaxed) {
                 // The client was closed (set under `entries`, so `close` saw no such entry).
                 drop(entries);
-                hold.mark_lost("the client was closed");
+                hold.mark_lost(crate::client::CLOSED_WHY);
                 return;
             }
             entries.insert(id, entry);
