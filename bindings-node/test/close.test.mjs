@@ -165,6 +165,32 @@ test('calls after close fail with CLOSED; double close; close from onLost', asyn
   admin.close();
 });
 
+for (const first of ['release', 'close']) {
+  test(`release() ${first === 'release' ? 'then close() in one turn: the release is sent' : 'after close(): CLOSED, nothing sent (control)'}`, async () => {
+    // A shutdown handler: release every hold, then close at once.
+    const name = fresh('release-close');
+    const client = await Client.connect(server.url);
+    const held = await client.lock(name, { ttl: 30000 }).acquire();
+    let released;
+    if (first === 'release') {
+      released = held.release();
+      client.close();
+    } else {
+      client.close();
+      released = held.release();
+    }
+    const outcome = await released.then(() => 'ok', (e) => e.code);
+    const exists = await server.cli('EXISTS', `ferrolock:{${name}}`);
+    if (first === 'release') {
+      assert.equal(outcome, 'ok');
+      assert.equal(exists, '0', 'the release asked for before the close left the lock held');
+    } else {
+      assert.equal(outcome, 'CLOSED');
+      assert.equal(exists, '1');
+    }
+  });
+}
+
 test('a Redlock client closes the same way', async () => {
   const servers = await Promise.all([0, 1, 2].map(() => startRedis()));
   try {
