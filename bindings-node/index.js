@@ -29,6 +29,7 @@ function code(name) {
 }
 const INVALID_ARGUMENT = code('INVALID_ARGUMENT');
 const INVALID_DURATION = code('INVALID_DURATION');
+const INVALID_CONFIG = code('INVALID_CONFIG');
 const CANCELLED = code('CANCELLED');
 const NOT_HELD = code('NOT_HELD');
 const LOST = code('LOST');
@@ -66,21 +67,61 @@ function normalize(err) {
   return makeError(INTERNAL, `ferrolock: unexpected error: ${message}`, err);
 }
 
+// The keys of each options object (index.d.ts; test/options.test.mjs compares the two), and
+// which of them hold a nested options object. napi reads only the fields it knows, so another
+// library's option (`timeout`, `retryCount`) or a misspelt one would be ignored without a word,
+// and a nested value of the wrong type (`tls: true`) would read as "every field absent".
+const LOCK_KEYS = ['ttl', 'renew', 'fair'];
+const ACQUIRE_KEYS = ['wait', 'signal'];
+const SCHEMAS = {
+  client: {
+    keys: ['connectTimeout', 'responseTimeout', 'prefix', 'maxNameLen', 'driftFactor', 'driftMin',
+      'watchdogTtl', 'fenceRetention', 'maxReentrancy', 'subscriptionLinger', 'redlockQuorum',
+      'redlockNodeTimeout', 'redlockRetryJitter', 'redlockMaxInflight', 'tls', 'replicaAcks'],
+    nested: { tls: { keys: ['ca', 'cert', 'key'] }, replicaAcks: { keys: ['replicas', 'timeout'] } },
+  },
+  lock: { keys: LOCK_KEYS },
+  acquire: { keys: ACQUIRE_KEYS },
+  withLock: { keys: [...LOCK_KEYS, ...ACQUIRE_KEYS] },
+};
+
 // An options argument must be an object (napi would read a string's or number's missing
-// properties as "all defaults" and silently accept it).
-function checkOptions(args, index) {
-  const o = args[index];
-  if (index >= 0 && o !== undefined && o !== null && (typeof o !== 'object' || Array.isArray(o))) {
-    throw makeError(INVALID_ARGUMENT, 'invalid argument: options must be an object');
+// properties as "all defaults" and silently accept it) with only the keys its schema knows.
+function checkShape(what, o, schema) {
+  if (typeof o !== 'object' || Array.isArray(o)) {
+    throw makeError(INVALID_ARGUMENT, `invalid argument: ${what} must be an object`);
+  }
+  for (const k in o) {
+    if (!schema.keys.includes(k)) {
+      throw makeError(INVALID_ARGUMENT, `invalid argument: ${what} has no option '${k}' (it has ${schema.keys.join(', ')})`);
+    }
+    const nested = schema.nested?.[k];
+    if (nested !== undefined && o[k] !== undefined && o[k] !== null) checkShape(`${what}.${k}`, o[k], nested);
   }
 }
 
-function wrapSync(target, name, optionsIndex = -1) {
+function checkOptions(args, index, schema, what = 'options') {
+  const o = args[index];
+  if (schema !== undefined && o !== undefined && o !== null) checkShape(what, o, schema);
+}
+
+// TLS options name TLS: with a plain URL they are refused even when they set nothing (an
+// ioredis habit is `tls: {}` to turn TLS on), not read as "connect in clear text".
+function checkTlsUrls(urls, options) {
+  if (options?.tls === undefined || options.tls === null) return;
+  for (const url of Array.isArray(urls) ? urls : [urls]) {
+    if (typeof url === 'string' && !/^rediss(\+[a-z]+)?:\/\//i.test(url)) {
+      throw makeError(INVALID_CONFIG, 'TLS options are set but the URL is not rediss://: refusing to connect in clear text');
+    }
+  }
+}
+
+function wrapSync(target, name, optionsIndex = -1, schema = undefined) {
   const orig = target[name];
   Object.defineProperty(target, name, {
     value: function (...args) {
       try {
-        checkOptions(args, optionsIndex);
+        checkOptions(args, optionsIndex, schema);
         return orig.apply(this, args);
       } catch (e) {
         throw normalize(e);
@@ -92,12 +133,13 @@ function wrapSync(target, name, optionsIndex = -1) {
 }
 
 // Promise-returning methods always reject (never throw synchronously) with a coded error.
-function wrapAsync(target, name, optionsIndex = -1) {
+function wrapAsync(target, name, optionsIndex = -1, schema = undefined) {
   const orig = target[name];
   Object.defineProperty(target, name, {
     value: async function (...args) {
       try {
-        checkOptions(args, optionsIndex);
+        checkOptions(args, optionsIndex, schema);
+        if (schema === SCHEMAS.client) checkTlsUrls(args[0], args[optionsIndex]);
         return await orig.apply(this, args);
       } catch (e) {
         throw normalize(e);
@@ -108,9 +150,9 @@ function wrapAsync(target, name, optionsIndex = -1) {
   });
 }
 
-wrapAsync(Client, 'connect', 1);
-wrapAsync(Redlock, 'connect', 1);
-wrapSync(Client.prototype, 'lock', 1);
+wrapAsync(Client, 'connect', 1, SCHEMAS.client);
+wrapAsync(Redlock, 'connect', 1, SCHEMAS.client);
+wrapSync(Client.prototype, 'lock', 1, SCHEMAS.lock);
 wrapAsync(Client.prototype, 'inspect');
 wrapAsync(Client.prototype, 'forceUnlock');
 wrapAsync(Lock.prototype, 'tryAcquire');
@@ -126,9 +168,7 @@ function isAbortSignal(s) {
 
 function acquireOptions(options) {
   if (options === undefined || options === null) return { wait: null, signal: undefined };
-  if (typeof options !== 'object') {
-    throw makeError(INVALID_ARGUMENT, 'acquire options must be an object { wait?, signal? }');
-  }
+  checkShape('acquire options', options, SCHEMAS.acquire);
   const { wait = null, signal } = options;
   if (wait !== null && typeof wait !== 'number') {
     throw makeError(INVALID_DURATION, 'wait: must be a number of milliseconds (or null: no bound)');
@@ -256,9 +296,7 @@ Held.prototype.onLost = function onLost(callback) {
  */
 Client.prototype.withLock = async function withLock(name, fn, options) {
   if (typeof fn !== 'function') throw makeError(INVALID_ARGUMENT, 'withLock needs a function');
-  if (options !== undefined && options !== null && typeof options !== 'object') {
-    throw makeError(INVALID_ARGUMENT, 'withLock options must be an object');
-  }
+  checkOptions([options], 0, SCHEMAS.withLock, 'withLock options');
   const { ttl, renew, fair, wait, signal } = options ?? {};
   const lock = this.lock(name, { ttl, renew, fair });
   const held = await lock.acquire({ wait, signal });

@@ -1,5 +1,6 @@
 // Bad input (RELIABILITY.md matrix, Node column): a coded error, never a crash or a hang.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import { inspect } from 'node:util';
 import { test } from 'node:test';
@@ -80,6 +81,66 @@ test('options and arguments of the wrong shape', async () => {
   assert.throws(() => h.onLost('not a function'), { code: 'INVALID_ARGUMENT' });
   await h.release();
   await assert.rejects(client.withLock('bad-shape', 'not a function'), { code: 'INVALID_ARGUMENT' });
+});
+
+test('unknown option keys are refused, naming the key; every documented key is accepted', async () => {
+  // Another library's option would otherwise be ignored: `timeout` read as no bound at all.
+  const lock = client.lock('unknown-keys', { ttl: 2000 });
+  await assert.rejects(lock.acquire({ timeout: 100 }), { code: 'INVALID_ARGUMENT', message: /'timeout'/ });
+  await assert.rejects(lock.acquire([]), { code: 'INVALID_ARGUMENT' });
+  assert.throws(() => client.lock('unknown-keys', { lockTimeout: 1000 }), { code: 'INVALID_ARGUMENT', message: /'lockTimeout'/ });
+  await assert.rejects(Client.connect(server.url, { retryCount: 3 }), { code: 'INVALID_ARGUMENT', message: /'retryCount'/ });
+  await assert.rejects(Redlock.connect([server.url], { retryDelay: 1 }), { code: 'INVALID_ARGUMENT' });
+  await assert.rejects(client.withLock('unknown-keys', async () => {}, { timeout: 5 }), { code: 'INVALID_ARGUMENT' });
+  await assert.rejects(client.withLock('unknown-keys', async () => {}, []), { code: 'INVALID_ARGUMENT' });
+  await assert.rejects(Client.connect(server.url, { replicaAcks: { replicas: 1, timeout: 10, wait: 1 } }),
+    { code: 'INVALID_ARGUMENT', message: /replicaAcks has no option 'wait'/ });
+
+  // Every field index.d.ts declares passes the key check (the lists in index.js follow it).
+  const dts = fs.readFileSync(new URL('../index.d.ts', import.meta.url), 'utf8');
+  const fields = (name) => {
+    const body = new RegExp(`export interface ${name}\\b[^{]*\\{([^}]*)\\}`).exec(dts)[1];
+    return [...body.matchAll(/^\s*(\w+)\??:/gm)].map((m) => m[1]);
+  };
+  const notUnknown = (e) => !/has no option/.test(e.message);
+  const cases = [
+    ['ClientOptions', (k) => Client.connect('redis://127.0.0.1:1', { [k]: undefined, connectTimeout: 50 })],
+    ['LockOptions', (k) => client.lock('dts-keys', { [k]: undefined })],
+    ['AcquireOptions', (k) => client.lock('dts-keys', { ttl: 2000 }).acquire({ [k]: undefined, wait: 0 })],
+  ];
+  for (const [iface, call] of cases) {
+    const keys = fields(iface);
+    assert.ok(keys.length >= 2, `${iface}: ${keys}`);
+    for (const k of keys) {
+      try {
+        const r = await call(k);
+        if (r?.release) await r.release();
+        if (r?.close) r.close();
+      } catch (e) {
+        assert.ok(notUnknown(e), `${iface}.${k} refused as unknown: ${e.message}`);
+      }
+    }
+  }
+  for (const [iface, outer] of [['TlsOptions', 'tls'], ['ReplicaAcksOptions', 'replicaAcks']]) {
+    for (const k of fields(iface)) {
+      await Client.connect('rediss://127.0.0.1:1', { [outer]: { [k]: undefined }, connectTimeout: 50 }).then(
+        (c) => c.close(), (e) => assert.ok(notUnknown(e), `${iface}.${k}: ${e.message}`));
+    }
+  }
+});
+
+test('tls of the wrong type, or any tls with a plain URL, never connects in clear text', async () => {
+  for (const tls of [true, 'pem', 42, [], () => {}]) {
+    await assert.rejects(Client.connect(server.url, { tls }), { code: 'INVALID_ARGUMENT', message: /options.tls must be an object/ },
+      `tls: ${String(tls)}`);
+  }
+  // `tls: {}` (an ioredis habit for "use TLS") names TLS even when it sets no certificate.
+  for (const url of [server.url, `redis+sentinel://127.0.0.1:${server.port}/m`]) {
+    await assert.rejects(Client.connect(url, { tls: {} }), { code: 'INVALID_CONFIG', message: /clear text/ });
+  }
+  await assert.rejects(Redlock.connect([server.url], { tls: {} }), { code: 'INVALID_CONFIG' });
+  // Control: no tls connects in clear text as asked.
+  for (const options of [{}, { tls: undefined }]) (await Client.connect(server.url, options)).close();
 });
 
 test('a closed client is CLOSED, and so are locks made before (test/close.test.mjs)', async () => {
