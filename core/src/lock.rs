@@ -1,7 +1,7 @@
 //! The single-node lock: acquire (waiting by notification), re-entry, release, extend.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,10 @@ pub(crate) struct LockInner {
     /// to count 0), built once.
     pub(crate) acquire_request: OnceLock<Request>,
     release_request: OnceLock<Request>,
+    /// The fence of the last hold whose full release failed after it was sent (0: none): it may
+    /// have run, so a later call that finds the hold gone checks the fence counter, as a retry
+    /// within the same call does ([`Lock::send_release_level`]).
+    release_in_doubt: AtomicU64,
     /// Fair mode ([`LockOptions::fair`]).
     pub(crate) fair: bool,
     /// Fair mode: held by the acquire of this handle that may be queued (and by the undo of
@@ -107,6 +111,7 @@ impl Lock {
                 pin: Default::default(),
                 acquire_request: OnceLock::new(),
                 release_request: OnceLock::new(),
+                release_in_doubt: AtomicU64::new(0),
                 fair: opts.fair,
                 queue_turn: Arc::new(tokio::sync::Mutex::new(())),
             }),
@@ -710,7 +715,9 @@ impl Lock {
             cmd
         };
         let waited_on = c.waited_on(&inner.keys.channel);
-        let mut unknown = false; // an earlier try may have run although its reply was lost
+        // An earlier try (of this call, or of an earlier call for this hold) may have run
+        // although its reply was lost.
+        let mut unknown = level.fence.is_some_and(|f| inner.release_in_doubt.load(Ordering::Relaxed) == f);
         for attempt in 0..2 {
             // The retry carries the script itself: the first try's reply may have been a
             // NOSCRIPT that nobody saw (a stopped or restarted server answers in order once it
@@ -781,6 +788,11 @@ impl Lock {
                     }
                     last = Some(err); // the reply was lost, not the request: retry is safe
                     unknown = true;
+                    if target == 0
+                        && let Some(f) = level.fence
+                    {
+                        inner.release_in_doubt.store(f, Ordering::Relaxed);
+                    }
                 }
             }
         }

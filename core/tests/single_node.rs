@@ -311,6 +311,46 @@ async fn a_lock_key_of_another_type_ends_even_an_unbounded_wait() {
     assert_eq!(value, "the application's value");
 }
 
+/// A release that timed out (both its tries: the server stopped) but ran once the server went
+/// on, and is then called again: the retry finds the hold gone and nobody granted since (the
+/// fence counter unchanged), so it succeeds, as within one call (docs/CONNECTIONS.md, "Late
+/// replies are not wasted"). Control: with another owner's grant in between, it is LOST.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_retried_after_its_timed_out_tries_ran_succeeds() {
+    let server = RedisServer::start();
+    let mut opts = ClientOptions::default();
+    opts.response_timeout = Duration::from_millis(300);
+    let client = connect_with(&server, opts).await;
+    let other = connect(&server).await;
+    for (granted_between, opts) in [
+        (false, LockOptions::lease(Duration::from_secs(5))),
+        (false, LockOptions::default()),
+        (true, LockOptions::default()),
+    ] {
+        let name = format!("retried-release-{granted_between}-{:?}", opts.renew);
+        let lock = client.lock(&name, opts).unwrap();
+        let g = lock.acquire(None).await.unwrap();
+        server.pause();
+        let first = g.release().await.unwrap_err();
+        assert!(first.kind().is_transient(), "{first}");
+        server.resume();
+        // The stopped tries run now: the first deletes the hold.
+        let key = format!("ferrolock:{{{name}}}");
+        server.wait_for(Duration::from_secs(3), "the late release ran", |s| s.cmd::<i64>(&["EXISTS", &key]) == 0);
+        if granted_between {
+            let o = other.lock(&name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+            o.acquire(None).await.unwrap().release().await.unwrap();
+        }
+        let r = g.release().await;
+        if granted_between {
+            assert_eq!(r.unwrap_err().kind(), ErrorKind::Lost);
+        } else {
+            r.unwrap();
+            assert_eq!(g.state(), LockState::Released);
+        }
+    }
+}
+
 /// 8 workers contend on one lock, each holding for `hold`; returns client commands per
 /// acquisition. `shared`: the workers are 8 handles of one client (else 8 clients).
 async fn contended_calls_per_acquisition(
