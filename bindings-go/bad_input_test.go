@@ -154,6 +154,26 @@ func TestBadInputMatrix(t *testing.T) {
 			return err
 		}},
 		{"Acquire(cancelled context)", ferrolock.ErrCancelled, func(t *testing.T) error { return only(rival.Acquire(cancelled)) }},
+		{"Acquire(context cancelled with a cause)", ferrolock.ErrCancelled, func(t *testing.T) error {
+			shutdown := errors.New("shutting down")
+			cctx, cancel := context.WithCancelCause(context.Background())
+			cancel(shutdown)
+			err := only(rival.Acquire(cctx))
+			if !errors.Is(err, context.Canceled) || !errors.Is(err, shutdown) {
+				return fmt.Errorf("not both context.Canceled and the cause: %v", err)
+			}
+			return err
+		}},
+		{"Acquire(deadline with a cause)", ferrolock.ErrAcquireTimeout, func(t *testing.T) error {
+			late := errors.New("too late")
+			dctx, cancel := context.WithDeadlineCause(context.Background(), time.Now().Add(-time.Second), late)
+			defer cancel()
+			err := only(rival.Acquire(dctx))
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, late) {
+				return fmt.Errorf("not both context.DeadlineExceeded and the cause: %v", err)
+			}
+			return err
+		}},
 		// Use after close.
 		{"Lock(closed client)", ferrolock.ErrClosed, func(t *testing.T) error { return only(closedClient.Lock("n", nil)) }},
 		{"ForceUnlock(closed client)", ferrolock.ErrClosed, func(t *testing.T) error { _, err := closedClient.ForceUnlock(ctx, "matrix"); return err }},

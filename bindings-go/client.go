@@ -176,10 +176,12 @@ func (c *Client) IsRedlock() bool {
 // reading Lost() or Context() of one of its holds.
 //
 // An Acquire of its locks waiting in another goroutine returns an error matching ErrClosed at
-// once. Live holds become lost (Lost() is closed, Context() cancelled with a cause matching
-// ErrLost) and are not released: renewal stops and the lease runs out on the server; Release
-// first if others should get the lock at once. Every later call on the client, its Locks and
-// Helds returns an error matching ErrClosed. Garbage collection of a Client closes nothing.
+// once (one with a request on the wire when its reply comes, at most the response timeout).
+// Live holds become lost (Lost() is closed, Context() cancelled with a cause matching ErrLost)
+// and are not released: renewal stops and the lease runs out on the server; Release first if
+// others should get the lock at once. Every later call on the client, its Locks and Helds that
+// talks to the server returns an error matching ErrClosed (Ensure: ErrLost). Garbage
+// collection of a Client closes nothing.
 func (c *Client) Close() error {
 	if p := c.take(); p != nil {
 		C.ferrolock_client_close(p, nil)

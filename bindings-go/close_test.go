@@ -253,6 +253,46 @@ func TestCallsAfterCloseReturnErrClosed(t *testing.T) {
 	}
 }
 
+// A shutdown path: Release with the request's context, already cancelled, then Close of the
+// Held or the whole Client at once. The release is sent all the same, and the lock is free.
+// (Before, the release went to a goroutine that reached the library after the Close: the lock
+// stayed held for its lease in most runs.) Control: Close with no Release leaves it held.
+func TestReleaseWithADoneContextThenCloseFreesTheLock(t *testing.T) {
+	url := startRedis(t)
+	admin := connect(t, url, nil)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		what    string
+		release bool
+		close   func(*ferrolock.Client, *ferrolock.Held)
+	}{
+		{"Held.Close", true, func(_ *ferrolock.Client, h *ferrolock.Held) { h.Close() }},
+		{"Client.Close", true, func(c *ferrolock.Client, _ *ferrolock.Held) { c.Close() }},
+		{"control: no Release", false, func(c *ferrolock.Client, _ *ferrolock.Held) { c.Close() }},
+	} {
+		for i := 0; i < 10; i++ {
+			name := fmt.Sprintf("release-done-ctx-%s-%d", tc.what, i)
+			c := connect(t, url, nil)
+			h := acquire(t, newLock(t, c, name, lease(30*time.Second)), time.Second)
+			if tc.release {
+				if err := h.Release(done); err != nil {
+					t.Fatalf("%s: Release with a done context: %v", tc.what, err)
+				}
+			}
+			tc.close(c, h)
+			c.Close()
+			info, err := admin.Inspect(context.Background(), name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held := info != nil; held == tc.release {
+				t.Fatalf("%s, run %d: lock held after the close: %v (want %v)", tc.what, i, held, !tc.release)
+			}
+		}
+	}
+}
+
 // Close from a goroutine woken by Lost(), and from several goroutines at once (run with -race).
 func TestCloseFromLossAndFromManyGoroutines(t *testing.T) {
 	url := startRedis(t)

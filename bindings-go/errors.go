@@ -46,7 +46,8 @@ func (e *Error) Is(target error) bool {
 }
 
 // Unwrap returns the context error behind ErrAcquireTimeout / ErrCancelled when the call ended
-// because its context did (errors.Is(err, context.DeadlineExceeded) then holds too).
+// because its context did (errors.Is(err, context.DeadlineExceeded) then holds too, and so does
+// errors.Is(err, cause) for a context cancelled with a cause).
 func (e *Error) Unwrap() error { return e.cause }
 
 // Code returns the ErrorCode of err, or 0 if err is not a ferrolock error.
@@ -65,12 +66,22 @@ func Code(err error) ErrorCode {
 // contextError reports a call ended by its context: onDeadline for an expired deadline,
 // ErrCancelled otherwise, wrapping the context's cause.
 func contextError(ctx context.Context, onDeadline ErrorCode) error {
-	cause := context.Cause(ctx)
 	code := ErrCancelled
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code = onDeadline
 	}
-	return &Error{Code: code, Message: code.String() + ": " + fmt.Sprint(cause), cause: cause}
+	return &Error{Code: code, Message: code.String() + ": " + fmt.Sprint(context.Cause(ctx)), cause: ctxCause(ctx)}
+}
+
+// ctxCause is what an error of a call its context ended wraps: ctx.Err(), so that
+// errors.Is(err, context.Canceled / DeadlineExceeded) holds, and the context's own cause when it
+// was given one (context.WithCancelCause, WithTimeoutCause), so that errors.Is finds that too.
+func ctxCause(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return err
+	}
+	return errors.Join(err, cause)
 }
 
 func closedError(what string) error {

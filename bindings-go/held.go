@@ -61,12 +61,16 @@ func (s *lostState) end(lost error) {
 // Held is one level of a held lock. Release it with Release; Close (or the finalizer) only frees
 // the handle: it never releases the lock in Redis, it stops renewal and lets the lease run out.
 type Held struct {
-	mu    sync.Mutex
-	ptr   *C.ferrolock_guard // nil once closed
-	fence uint64
-	lost  *lostState
-	ctx   context.Context
-	watch sync.Once // the loss callback, registered on first use of Lost or Context
+	mu  sync.Mutex
+	ptr *C.ferrolock_guard // nil once closed
+	// Release calls that may still be using ptr after returning (ctx ended first), and whether
+	// Close was called meanwhile: the last of them frees ptr instead, so its release is sent.
+	releasing int
+	closing   bool
+	fence     uint64
+	lost      *lostState
+	ctx       context.Context
+	watch     sync.Once // the loss callback, registered on first use of Lost or Context
 }
 
 func newHeld(parent context.Context, g *C.ferrolock_guard) *Held {
@@ -165,15 +169,19 @@ var closedContext = func() context.Context {
 }()
 
 // Release releases this level of the hold (at depth 0 the lock is deleted and waiters wake).
-// The release is always sent, even if ctx is already done; if ctx ends first Release returns
-// early while the release completes in the background. Errors: ErrNotHeld after a previous
-// release, ErrLost if the hold was lost meanwhile (nothing of another owner is deleted).
+// The release is always sent. If ctx is already done, Release waits for it all the same (a
+// round trip; at most the client's response timeouts with a stalled server), so that a Close
+// of the Held or the Client right after it cannot stop it; if ctx ends during the call, Release
+// returns early while the release completes in the background (a Close of the Held meanwhile
+// waits for it). Errors: ErrNotHeld after a previous release, ErrLost if the hold was lost
+// meanwhile (nothing of another owner is deleted).
 func (h *Held) Release(ctx context.Context) error {
-	_, err := withContext(ctx, func() (struct{}, error) {
-		p := h.load()
-		if p == nil {
-			return struct{}{}, closedError("held lock")
-		}
+	p := h.useForRelease()
+	if p == nil {
+		return closedError("held lock")
+	}
+	release := func() (struct{}, error) {
+		defer h.releaseDone()
 		var cerr *C.ferrolock_error
 		rc := C.ferrolock_guard_release(p, &cerr)
 		runtime.KeepAlive(h)
@@ -183,7 +191,15 @@ func (h *Held) Release(ctx context.Context) error {
 			h.lost.end(nil)
 		}
 		return struct{}{}, check(rc, cerr)
-	}, nil)
+	}
+	if ctx.Err() != nil {
+		// Started in the background, the release would reach the core only when its goroutine
+		// runs: after a Client.Close that the caller makes next (a shutdown with a request's
+		// cancelled context), which refuses it, and the lock would stay held for its lease.
+		_, err := release()
+		return err
+	}
+	_, err := withContext(ctx, release, nil)
 	return err
 }
 
@@ -278,6 +294,35 @@ func (h *Held) Close() error {
 	return nil
 }
 
+// useForRelease is load for a Release that may finish in the background: until releaseDone, a
+// Close leaves the handle to it.
+func (h *Held) useForRelease() *C.ferrolock_guard {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ptr == nil || h.closing {
+		return nil
+	}
+	h.releasing++
+	return h.ptr
+}
+
+// releaseDone ends a useForRelease; the last one after a Close frees the handle.
+func (h *Held) releaseDone() {
+	h.mu.Lock()
+	h.releasing--
+	var p *C.ferrolock_guard
+	if h.releasing == 0 && h.closing {
+		p, h.ptr = h.ptr, nil
+	}
+	h.mu.Unlock()
+	if p != nil {
+		C.ferrolock_guard_free(p)
+	}
+}
+
 // load and take treat a nil *Held as closed (ErrClosed, never a panic).
 func (h *Held) load() *C.ferrolock_guard {
 	if h == nil {
@@ -285,15 +330,24 @@ func (h *Held) load() *C.ferrolock_guard {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closing {
+		return nil
+	}
 	return h.ptr
 }
 
+// take empties the Held for Close; with a Release still using the handle it marks it closing
+// instead (the Release frees it when done) and returns nil.
 func (h *Held) take() *C.ferrolock_guard {
 	if h == nil {
 		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.releasing > 0 {
+		h.closing = true
+		return nil
+	}
 	p := h.ptr
 	h.ptr = nil
 	return p

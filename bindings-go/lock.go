@@ -142,7 +142,7 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 		}
 		var fe *Error
 		if ctx.Err() != nil && errors.Is(err, ErrQuorumNotReached) && errors.As(err, &fe) {
-			fe.cause = context.Cause(ctx) // the wait ended without a quorum: say so, and wrap ctx's error
+			fe.cause = ctxCause(ctx) // the wait ended without a quorum: say so, and wrap ctx's error
 			return nil, fe
 		}
 		if ctx.Err() != nil && (errors.Is(err, ErrAcquireTimeout) || errors.Is(err, ErrCancelled)) {
