@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
 import threading
 import time
 from datetime import timedelta
-from typing import Callable, List, Tuple
+from typing import AsyncIterator, Callable, Iterator, List, Tuple
 
 import pytest
 
@@ -297,6 +298,40 @@ def test_decorator_sync(client: ferrolock.Client, name: str) -> None:
     assert recurse(2) == 0
     assert depths == [1, 2, 3]
     assert client.inspect(name) is None
+
+
+def test_decorator_refuses_what_would_run_after_the_lock(client: ferrolock.Client, name: str) -> None:
+    """A generator's body runs at each next(), after the decorated call returned: held only while
+    the generator object was made, the lock would protect nothing. Refused, like a plain function
+    that returns a coroutine; an object with an ``async def __call__`` is awaited under the lock."""
+    seen: List[bool] = []
+
+    def gen() -> Iterator[int]:
+        seen.append(client.inspect(name) is not None)
+        yield 1
+
+    async def agen() -> AsyncIterator[int]:
+        yield 1
+
+    for fn in (gen, agen):
+        with pytest.raises(TypeError, match="across the yields"):
+            client.locked(name, ttl=5)(fn)
+
+    async def body() -> bool:
+        return client.inspect(name) is not None
+
+    returns_coroutine = client.locked(name, ttl=5)(lambda: body())
+    with pytest.raises(TypeError, match="returned a coroutine"):
+        returns_coroutine()
+    assert client.inspect(name) is None
+
+    class Job:
+        async def __call__(self) -> bool:
+            info = await asyncio.to_thread(client.inspect, name)
+            return info is not None
+
+    assert asyncio.run(client.locked(name, ttl=5)(Job())()) is True  # control: held in the body
+    assert client.inspect(name) is None and seen == []
 
 
 def test_bytes_and_binary_names(client: ferrolock.Client) -> None:

@@ -24,7 +24,18 @@ def _decorator(
     fair: bool,
 ) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
-        if inspect.iscoroutinefunction(fn):
+        what = getattr(fn, "__qualname__", repr(fn))
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            # The body runs at each next(), after the call returned: the lock would be held
+            # only while the generator object is made.
+            raise TypeError(
+                f"locked() cannot hold a lock across the yields of the generator {what}: "
+                "take it with `with client.lock(...)` (or `async with`) inside the generator"
+            )
+        call = getattr(type(fn), "__call__", None)
+        if inspect.iscoroutinefunction(fn) or (
+            not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.iscoroutinefunction(call)
+        ):
             alock = AsyncLock(native, name, ttl=ttl, wait=wait, renew=renew, fair=fair)
 
             @functools.wraps(fn)
@@ -38,7 +49,15 @@ def _decorator(
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             with lock:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+            if inspect.iscoroutine(result) or inspect.isgenerator(result):
+                # Its body runs later, without the lock: say so instead of returning it.
+                result.close()
+                raise TypeError(
+                    f"locked(): {what} returned a {type(result).__name__}, whose body would run "
+                    "after the lock was released; decorate an async def (or take the lock inside)"
+                )
+            return result
 
         return cast(F, run)
 
@@ -99,7 +118,11 @@ class Client:
         fair: bool = False,
     ) -> Callable[[F], F]:
         """Decorator: run the function while holding ``name``. Works on plain functions
-        (re-entrant per thread) and ``async def`` functions (re-entrant per task)."""
+        (re-entrant per thread: recursion re-enters) and ``async def`` functions (re-entrant per
+        task). Each decorated function has its own lock handle, so two functions decorated with
+        the same name contend like two ``Lock`` objects: one calling the other waits for itself.
+        Generator functions, and a plain function's returned coroutine or generator, raise
+        ``TypeError`` (their bodies would run after the lock was released)."""
         return _decorator(self._native, name, ttl, wait, renew, fair)
 
     def inspect(self, name: Name) -> Optional[LockInfo]:

@@ -171,7 +171,7 @@ class AsyncHeld:
 def _current_task() -> "asyncio.Task[Any]":
     task = asyncio.current_task()
     if task is None:
-        raise RuntimeError("an AsyncLock is used from inside an asyncio task")
+        raise RuntimeError("an AsyncLock must be used from inside an asyncio task")
     return task
 
 
@@ -249,8 +249,11 @@ class AsyncLock:
 
     @property
     def held(self) -> Optional[AsyncHeld]:
-        """The current task's innermost hold, or ``None``."""
-        task = asyncio.current_task()
+        """The current task's innermost hold, or ``None`` (also outside a running event loop)."""
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no running loop: no task holds anything here
+            return None
         owner = self._owners.get(task) if task is not None else None
         return owner.stack[-1] if owner is not None and owner.stack else None
 
