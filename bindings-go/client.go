@@ -44,8 +44,9 @@ type ClientOptions struct {
 // Client is a connection to one Redis server, shared by the locks made from it. Safe for
 // concurrent use. Close it when done: the finalizer only frees the handle, and closes nothing.
 type Client struct {
-	mu  sync.Mutex
-	ptr *C.ferrolock_client // nil once closed
+	mu      sync.Mutex
+	ptr     *C.ferrolock_client // nil once closed
+	redlock bool                // made by ConnectRedlock (still answered after Close)
 }
 
 // Connect connects to url (redis://[user:password@]host[:port][/db], rediss:// for TLS,
@@ -151,7 +152,7 @@ func connect(ctx context.Context, urls []string, opts *ClientOptions, redlock bo
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{}
+	c := &Client{redlock: redlock}
 	c.ptr = p
 	// The finalizer only frees the handle: a collected Client closes nothing (its Locks and
 	// Helds keep working while referenced), as in the other languages.
@@ -159,16 +160,10 @@ func connect(ctx context.Context, urls []string, opts *ClientOptions, redlock bo
 	return c, nil
 }
 
-// IsRedlock reports whether the client locks by quorum (made by ConnectRedlock).
+// IsRedlock reports whether the client locks by quorum (made by ConnectRedlock), also after
+// Close; false for a nil Client.
 func (c *Client) IsRedlock() bool {
-	p := c.load()
-	if p == nil {
-		return false
-	}
-	var b C.bool
-	C.ferrolock_client_is_redlock(p, &b, nil)
-	runtime.KeepAlive(c)
-	return bool(b)
+	return c != nil && c.redlock
 }
 
 // Close closes the client and everything made from it, without blocking, then frees it

@@ -533,6 +533,9 @@ func TestRedlock(t *testing.T) {
 	if !c.IsRedlock() || connect(t, urls[0], nil).IsRedlock() {
 		t.Fatal("IsRedlock does not tell the kinds apart")
 	}
+	if closed, _ := ferrolock.ConnectRedlock(ctx, urls, nil); closed.Close() != nil || !closed.IsRedlock() {
+		t.Fatal("a closed Redlock client no longer says it is one")
+	}
 	const workers, per = 8, 15
 	var inside atomic.Bool
 	var overlaps atomic.Int64

@@ -68,7 +68,10 @@ export declare class Client {
    * The URL (and its password) never appears in an error.
    */
   static connect(url: string, options?: ClientOptions | undefined | null): Promise<Client>
-  /** Whether this client locks by quorum over several masters (`Redlock.connect`). */
+  /**
+   * Whether this client locks by quorum over several masters (`Redlock.connect`), also after
+   * `close()`.
+   */
   get isRedlock(): boolean
   /**
    * A lock handle on `name` (a string or a Buffer) with its own owner token. Acquiring

@@ -132,17 +132,27 @@ function wrapSync(target, name, optionsIndex = -1, schema = undefined) {
   });
 }
 
+// An error the addon made when a call settled carries no JavaScript frames: give it the
+// caller's (an async function's stack after an await includes its `async` callers). Only on
+// the error path: a call that succeeds captures nothing.
+function withCallerStack(err, fn) {
+  if (err instanceof Error && typeof err.stack === 'string' && !err.stack.includes('\n    at ')) {
+    Error.captureStackTrace(err, fn);
+  }
+  return err;
+}
+
 // Promise-returning methods always reject (never throw synchronously) with a coded error.
 function wrapAsync(target, name, optionsIndex = -1, schema = undefined) {
   const orig = target[name];
   Object.defineProperty(target, name, {
-    value: async function (...args) {
+    value: async function wrapped(...args) {
       try {
         checkOptions(args, optionsIndex, schema);
         if (schema === SCHEMAS.client) checkTlsUrls(args[0], args[optionsIndex]);
         return await orig.apply(this, args);
       } catch (e) {
-        throw normalize(e);
+        throw withCallerStack(normalize(e), wrapped);
       }
     },
     writable: true,
@@ -201,7 +211,7 @@ Lock.prototype.acquire = async function acquire(options) {
     }
     return held;
   } catch (e) {
-    const err = normalize(e);
+    const err = withCallerStack(normalize(e), acquire);
     if (err.code === CANCELLED && signal?.aborted && err.cause === undefined) err.cause = signal.reason;
     throw err;
   } finally {

@@ -17,6 +17,8 @@ use crate::reply::Reply;
 #[napi]
 pub struct Client {
     inner: Mutex<Option<ferrolock::Client>>,
+    /// Made by `Redlock.connect` (still answered after `close`).
+    redlock: bool,
 }
 
 /// Who holds a lock, as read by `client.inspect` or removed by `client.forceUnlock`.
@@ -84,7 +86,7 @@ fn closed() -> Error {
 
 impl Client {
     fn wrap(c: ferrolock::Client) -> Self {
-        Client { inner: Mutex::new(Some(c)) }
+        Client { redlock: c.is_redlock(), inner: Mutex::new(Some(c)) }
     }
 
     fn get(&self) -> ferrolock::Result<ferrolock::Client> {
@@ -114,10 +116,11 @@ impl Client {
         })
     }
 
-    /// Whether this client locks by quorum over several masters (`Redlock.connect`).
+    /// Whether this client locks by quorum over several masters (`Redlock.connect`), also after
+    /// `close()`.
     #[napi(getter)]
     pub fn is_redlock(&self) -> bool {
-        self.get().is_ok_and(|c| c.is_redlock())
+        self.redlock
     }
 
     /// A lock handle on `name` (a string or a Buffer) with its own owner token. Acquiring

@@ -47,3 +47,17 @@ test('an unreachable server is CONNECTION, without the password', async () => {
     },
   );
 });
+
+test('an error made when a call settles carries the caller\'s frames', async () => {
+  // The addon builds it on settling, with no JavaScript on the stack ("Error: …" and nothing
+  // else, as the bare addon's call rejects); index.js gives it the awaiting caller's frames.
+  async function connectFromHere() {
+    return ferrolock.Client.connect('redis://127.0.0.1:1', { connectTimeout: 300 });
+  }
+  const here = new URL(import.meta.url).pathname;
+  await assert.rejects(connectFromHere(), (err) => {
+    assert.equal(err.code, 'CONNECTION');
+    assert.ok(String(err.stack).includes(here), err.stack);
+    return true;
+  });
+});

@@ -44,6 +44,7 @@ test('Redlock.connect gives a Client whose locks hold a quorum, contend, re-ente
     rl.close();
     other.close();
   }
+  assert.equal(rl.isRedlock, true, 'a closed Redlock client is still one');
 });
 
 test('one master down: still a quorum; two down: QUORUM_NOT_REACHED', async () => {
