@@ -59,9 +59,14 @@ function normalize(err) {
     // napi's conversion messages quote the offending value, which may be a URL with a
     // password: keep only the expected type and the field, never the value or the original.
     const expected = /into rust type `([^`]*)`(?: on ([\w.]+))?/.exec(message);
+    const missing = /Missing field `(\w+)`(?: on ([\w.]+))?/.exec(message);
     const what = expected
       ? `expected ${expected[1]}${expected[2] ? ` for ${expected[2]}` : ''}`
-      : 'wrong argument type or receiver';
+      : missing
+        ? `missing field ${missing[1]}${missing[2] ? ` of ${missing[2]}` : ''}`
+        : /none of these types `String\(utf16\)`, `Vec<u8>`/.test(message)
+          ? 'expected a string or a Buffer'
+          : 'wrong argument type or receiver';
     return makeError(INVALID_ARGUMENT, `invalid argument: ${what}`);
   }
   return makeError(INTERNAL, `ferrolock: unexpected error: ${message}`, err);

@@ -72,6 +72,12 @@ test('options and arguments of the wrong shape', async () => {
   await assert.rejects(Client.connect(server.url, 'fast'), { code: 'INVALID_ARGUMENT' });
   await assert.rejects(Client.connect(server.url, [1]), { code: 'INVALID_ARGUMENT' });
   assert.throws(() => client.lock('x', 1000), { code: 'INVALID_ARGUMENT' });
+  // napi's reason is kept where it quotes no value.
+  for (const name of [undefined, 42, {}]) {
+    assert.throws(() => client.lock(name), { code: 'INVALID_ARGUMENT', message: /expected a string or a Buffer/ });
+  }
+  await assert.rejects(Client.connect(server.url, { replicaAcks: { replicas: 1 } }),
+    { code: 'INVALID_ARGUMENT', message: /missing field timeout of ClientOptions.replicaAcks/ });
   await assert.rejects(Client.connect('ftp://127.0.0.1'), { code: 'INVALID_URL' });
   await assert.rejects(Client.connect('redis://[::1'), { code: 'INVALID_URL' });
   const lock = client.lock('bad-shape', { ttl: 2000 });
