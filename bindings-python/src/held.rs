@@ -9,11 +9,14 @@
 //! `local.owner is owner`), any other thread does not. Not the thread's ident, which the OS
 //! hands to a new thread once one has ended.
 //!
-//! The Python objects these classes keep (the client, name, durations, the `threading.local`,
-//! the stack's `Held`s, the `on_lost` callables) are visible to the garbage collector
-//! (`__traverse__`/`__clear__`): an owner and its holds refer to each other through the local,
-//! and a thread that ends or a `Lock` that is dropped with holds still on the stack leaves a
-//! cycle for it to collect, as the pure-Python classes did.
+//! References go one way: `Lock` → `threading.local` → each thread's owner → its stack of
+//! `Held`s; a `Held` refers back to its owner and the local only weakly. So a thread that ends
+//! (its entry in the local goes) or a `Lock` that is dropped frees the owner at once, and with
+//! it the levels nobody else refers to: they stop renewing then, not when the cycle collector
+//! next runs. The Python objects these classes keep (the client, name, durations, the
+//! `threading.local`, the stack's `Held`s, the `on_lost` callables) are still visible to the
+//! garbage collector (`__traverse__`/`__clear__`), for cycles through user objects (an
+//! `on_lost` callable that refers to its hold).
 
 use std::sync::Mutex;
 
@@ -31,7 +34,7 @@ use crate::{convert, errors};
 /// One thread's core handle on a named lock (its own owner token) and its stack of holds,
 /// innermost last. Kept in the `Lock`'s `threading.local` as `owner`; made by
 /// `NativeLockBase` only.
-#[pyclass(frozen, module = "ferrolock._ferrolock")]
+#[pyclass(frozen, weakref, module = "ferrolock._ferrolock")]
 pub struct NativeOwner {
     lock: ProcessLocal<ferrolock::Lock>,
     /// The lock's name, as given (`Held.name`).
@@ -65,9 +68,16 @@ impl NativeOwner {
             g.abandon(); // nobody could ever release it
             return Err(errors::new(py, ErrorKind::NotHeld, "the lock's per-thread storage is gone"));
         };
+        drop(local);
         let held = Py::new(
             py,
-            Held { guard: NativeGuard::new(g), owner: slf.clone().unbind(), local: local.unbind() },
+            Held {
+                guard: NativeGuard::new(g),
+                owner: PyWeakrefReference::new(slf)?.unbind(),
+                local: this.local.clone_ref(py),
+                name: this.name.clone_ref(py),
+                thread: std::thread::current().id(),
+            },
         )?;
         lock_stack(&this.stack).push(held.clone_ref(py));
         Ok(held)
@@ -158,12 +168,24 @@ impl NativeOwner {
 }
 
 /// One level of a sync hold, returned by ``Lock.acquire`` and ``with lock as held``.
+///
+/// It refers to its owner and the `Lock`'s `threading.local` weakly: the owner's stack keeps
+/// the hold, and the local keeps the owner, so a strong reference back would make a cycle, and
+/// the hold of a thread that ended holding (or of a dropped `Lock`) would go on renewing until
+/// Python's cycle collector ran. As it is, the thread's end (or the `Lock`'s) drops the owner
+/// and with it every level nobody else refers to.
 #[pyclass(frozen, module = "ferrolock")]
 pub struct Held {
     guard: NativeGuard,
-    owner: Py<NativeOwner>,
-    /// The `Lock`'s `threading.local`: the owning thread finds `owner` there.
-    local: Py<PyAny>,
+    /// The owner whose stack has this level (`NativeOwner`), weakly.
+    owner: Py<PyWeakrefReference>,
+    /// The `Lock`'s `threading.local`, weakly: the owning thread finds `owner` there.
+    local: Py<PyWeakrefReference>,
+    /// The lock's name, as given.
+    name: Py<PyAny>,
+    /// The thread that acquired it: who may release it once its owner is gone (its `Lock` was
+    /// dropped). Rust's thread ids are never reused, unlike the OS's.
+    thread: std::thread::ThreadId,
 }
 
 impl std::fmt::Debug for Held {
@@ -177,7 +199,7 @@ impl Held {
     /// The lock's name, as given.
     #[getter]
     fn name(&self, py: Python<'_>) -> Py<PyAny> {
-        self.owner.get().name.clone_ref(py)
+        self.name.clone_ref(py)
     }
 
     /// The fencing token: strictly increasing across grants; re-entry keeps it.
@@ -231,8 +253,13 @@ impl Held {
     fn release(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let owner = this.owner.bind(py);
-        let mine = this.local.bind(py).getattr(intern!(py, "owner")).is_ok_and(|o| o.is(owner));
+        let owner = this.owner.bind(py).upgrade_as::<NativeOwner>()?;
+        let mine = match (&owner, this.local.bind(py).upgrade()) {
+            (Some(owner), Some(local)) => local.getattr(intern!(py, "owner")).is_ok_and(|o| o.is(owner)),
+            // The owner is gone: its `Lock` was dropped (the acquiring thread may still release
+            // the level it kept), or its thread ended (then no thread may).
+            _ => std::thread::current().id() == this.thread,
+        };
         if !mine {
             return Err(errors::new(
                 py,
@@ -244,7 +271,9 @@ impl Held {
         // A transient failure (connection, server timeout) leaves the level in place: retry
         // release. Anything else, KeyboardInterrupt included (the release runs on to its end),
         // takes it off the stack.
-        if !matches!(&result, Err(e) if errors::is_transient(py, e)) {
+        if !matches!(&result, Err(e) if errors::is_transient(py, e))
+            && let Some(owner) = owner
+        {
             owner.get().forget(slf);
         }
         result
@@ -265,7 +294,7 @@ impl Held {
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let name = self.owner.get().name.bind(py).repr()?;
+        let name = self.name.bind(py).repr()?;
         Ok(match (self.guard.fence(py), self.guard.state(py)) {
             (Ok(fence), Ok(state)) => format!("<Held name={name} fence={fence} state={state}>"),
             // e.g. inherited across fork(): the hold is the parent's
@@ -273,11 +302,12 @@ impl Held {
         })
     }
 
-    /// GC support: the `on_lost` callables, the owner and the `threading.local`.
+    /// GC support: the `on_lost` callables, the name and the two weak references.
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         self.guard.visit_callbacks(&visit)?;
         visit.call(&self.owner)?;
-        visit.call(&self.local)
+        visit.call(&self.local)?;
+        visit.call(&self.name)
     }
 
     /// GC support: drop the `on_lost` callables (they will not be called).

@@ -123,3 +123,96 @@ def test_on_lost_cycle_still_fires_while_referenced(redis: RedisServer, name: st
         time.sleep(0.02)
     assert len(lost) == 2 and isinstance(lost[1], ferrolock.LostError)
     client.close()
+
+
+def _runs_out_without_the_collector(redis: RedisServer, name: str, end_owner: Any) -> None:
+    """``end_owner()`` takes ``name`` (watchdog lease ``LEASE``) and ends whatever owns the
+    hold, keeping no reference to it. With the cycle collector off, the hold must stop renewing
+    at once (reference counts alone free it): another client gets the lock once the lease ran
+    out. Before, a hold referred back to its owner, and the cycle kept renewing it until the
+    collector ran; with it off, for good."""
+    gc.disable()
+    try:
+        end_owner()
+        other = ferrolock.Client.connect(redis.url)
+        try:
+            held = other.lock(name, ttl=5).acquire(wait=RUNS_OUT)
+        except ferrolock.AcquireTimeoutError:
+            pytest.fail(f"still renewed {RUNS_OUT} s after its owner ended, with no collection "
+                        f"(info {other.inspect(name)!r})")
+        held.release()
+        other.close()
+    finally:
+        gc.enable()
+
+
+def test_the_hold_of_an_ended_thread_stops_renewing_without_the_collector(redis: RedisServer, name: str) -> None:
+    client = ferrolock.Client.connect(redis.url, watchdog_ttl=LEASE)
+    lock = client.lock(name)  # kept: only the thread ends
+
+    def end_owner() -> None:
+        t = threading.Thread(target=lambda: lock.acquire(wait=0))  # ends holding
+        t.start()
+        t.join()
+        time.sleep(2 * LEASE)  # the watchdog would have renewed it twice by now
+    _runs_out_without_the_collector(redis, name, end_owner)
+    # Control: a live thread's hold, not referenced either, is still renewed (its Lock keeps it).
+    lock.acquire(wait=0)
+    time.sleep(2 * LEASE)
+    assert client.inspect(name) is not None
+    lock.release()
+    client.close()
+
+
+def test_the_hold_of_a_dropped_lock_stops_renewing_without_the_collector(redis: RedisServer, name: str) -> None:
+    client = ferrolock.Client.connect(redis.url, watchdog_ttl=LEASE)
+
+    def end_owner() -> None:
+        client.lock(name).acquire(wait=0)  # neither the Lock nor the Held kept
+        time.sleep(2 * LEASE)
+    _runs_out_without_the_collector(redis, name, end_owner)
+    # A Held kept after its Lock was dropped: renewed, and its own thread may still release it.
+    held = client.lock(name).acquire(wait=0)
+    time.sleep(2 * LEASE)
+    assert client.inspect(name) is not None
+    errors: List[BaseException] = []
+
+    def other_thread() -> None:
+        try:
+            held.release()
+        except ferrolock.NotHeldError as e:
+            errors.append(e)
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    assert len(errors) == 1, "another thread released a hold whose Lock was dropped"
+    held.release()
+    assert client.inspect(name) is None
+    client.close()
+
+
+def test_the_hold_of_an_ended_task_stops_renewing_without_the_collector(redis: RedisServer, name: str) -> None:
+    done = threading.Event()
+
+    async def body() -> None:
+        client = await ferrolock.AsyncClient.connect(redis.url, watchdog_ttl=LEASE)
+        lock = client.lock(name)
+
+        async def take() -> None:
+            await lock.acquire(wait=0)  # the task ends holding
+
+        await asyncio.create_task(take())
+        while not done.is_set():  # the client and the Lock stay; only the task is gone
+            await asyncio.sleep(0.02)
+        client.close()
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(body(),))
+
+    def end_owner() -> None:
+        loop_thread.start()
+        time.sleep(2 * LEASE)
+    try:
+        _runs_out_without_the_collector(redis, name, end_owner)
+    finally:
+        done.set()
+        loop_thread.join(5)

@@ -52,7 +52,7 @@ def _is_transient(e: LockError) -> bool:
 class _Owner:
     """One task's core handle and its stack of holds (innermost last)."""
 
-    __slots__ = ("handle", "stack")
+    __slots__ = ("handle", "stack", "__weakref__")
 
     def __init__(self, handle: NativeLock) -> None:
         self.handle = handle
@@ -90,9 +90,17 @@ class AsyncHeld:
 
     def __init__(self, owner: _Owner, guard: NativeGuard, name: Name, task: "asyncio.Task[Any]") -> None:
         self._guard = guard
-        self._owner = owner
+        # Weakly: the owner's stack keeps its holds, and a hold that kept its owner would make a
+        # cycle, so that the hold of a task that ended holding (its owner dropped with the task)
+        # would go on renewing until Python's cycle collector ran.
+        self._owner = weakref.ref(owner)
         self._name = name
         self._task = weakref.ref(task)
+
+    def _forget(self) -> None:
+        owner = self._owner()
+        if owner is not None:
+            owner.forget(self)
 
     @property
     def name(self) -> Name:
@@ -150,12 +158,12 @@ class AsyncHeld:
             await self._guard.release_async()
         except LockError as e:
             if not _is_transient(e):
-                self._owner.forget(self)
+                self._forget()
             raise
         except BaseException:  # cancelled: the release runs on to its end
-            self._owner.forget(self)
+            self._forget()
             raise
-        self._owner.forget(self)
+        self._forget()
 
     async def extend(self, ttl: Duration) -> None:
         """Extend the lease to ``ttl`` from now (raises ``LostError`` if it is already lost)."""
