@@ -175,6 +175,35 @@ wrapAsync(Held.prototype, 'release');
 wrapAsync(Held.prototype, 'extend');
 wrapSync(Held.prototype, 'ensure');
 wrapAsync(Held.prototype, Symbol.asyncDispose);
+wrapSync(Client.prototype, 'close');
+wrapSync(Held.prototype, 'remaining');
+
+// The native getters, with a wrong receiver (`Object.getOwnPropertyDescriptor(…).get.call({})`),
+// fail with napi's own status as their code: give them ours.
+function wrapGetter(target, name) {
+  const d = Object.getOwnPropertyDescriptor(target, name);
+  if (typeof d?.get !== 'function') throw new Error(`ferrolock: ${String(name)} is not a getter (binding bug)`);
+  const get = d.get;
+  Object.defineProperty(target, name, {
+    ...d,
+    get() {
+      try {
+        return get.call(this);
+      } catch (e) {
+        throw normalize(e);
+      }
+    },
+  });
+}
+for (const name of ['fence', 'count', 'state']) wrapGetter(Held.prototype, name);
+for (const name of ['name', 'ttl']) wrapGetter(Lock.prototype, name);
+wrapGetter(Client.prototype, 'isRedlock');
+
+function checkReceiver(self, cls, what) {
+  if (!(self instanceof cls)) {
+    throw makeError(INVALID_ARGUMENT, `invalid argument: ${what} needs a ${cls.name} as its receiver`);
+  }
+}
 
 function isAbortSignal(s) {
   return s !== null && typeof s === 'object' && typeof s.aborted === 'boolean' &&
@@ -280,6 +309,7 @@ function loss(held) {
 
 Object.defineProperty(Held.prototype, 'signal', {
   get() {
+    checkReceiver(this, Held, 'held.signal');
     return loss(this).controller.signal;
   },
   configurable: true,
@@ -288,6 +318,7 @@ Object.defineProperty(Held.prototype, 'signal', {
 
 /** Call `callback(err)` (err.code === 'LOST') once if the hold is lost; never after a release. */
 Held.prototype.onLost = function onLost(callback) {
+  checkReceiver(this, Held, 'held.onLost');
   if (typeof callback !== 'function') throw makeError(INVALID_ARGUMENT, 'onLost needs a function');
   const s = loss(this);
   if (s.error !== null) {
@@ -310,6 +341,7 @@ Held.prototype.onLost = function onLost(callback) {
  * release (e.g. LOST) rejects.
  */
 Client.prototype.withLock = async function withLock(name, fn, options) {
+  checkReceiver(this, Client, 'client.withLock');
   if (typeof fn !== 'function') throw makeError(INVALID_ARGUMENT, 'withLock needs a function');
   checkOptions([options], 0, SCHEMAS.withLock, 'withLock options');
   const { ttl, renew, fair, wait, signal } = options ?? {};

@@ -202,5 +202,23 @@ test('the classes are not constructed with new; methods need a real receiver', a
   assert.ok(h instanceof Held);
   assert.ok(client instanceof Client);
   await assert.rejects(Held.prototype.release.call({}), { code: 'INVALID_ARGUMENT' });
+  // Every member, called on something else, fails with one of our codes (not napi's status,
+  // not a plain TypeError).
+  const getter = (proto, name) => Object.getOwnPropertyDescriptor(proto, name).get;
+  for (const [what, call] of [
+    ['client.close', () => Client.prototype.close.call({})],
+    ['held.remaining', () => Held.prototype.remaining.call({})],
+    ['held.ensure', () => Held.prototype.ensure.call({})],
+    ['held.onLost', () => Held.prototype.onLost.call({}, () => {})],
+    ['client.lock', () => Client.prototype.lock.call({}, 'x')],
+    ...['fence', 'count', 'state', 'signal'].map((n) => [`held.${n}`, () => getter(Held.prototype, n).call({})]),
+    ...['name', 'ttl'].map((n) => [`lock.${n}`, () => getter(Lock.prototype, n).call({})]),
+    ['client.isRedlock', () => getter(Client.prototype, 'isRedlock').call({})],
+  ]) {
+    assert.throws(call, { code: 'INVALID_ARGUMENT' }, what);
+  }
+  await assert.rejects(Client.prototype.withLock.call({}, 'x', async () => {}), { code: 'INVALID_ARGUMENT' });
+  await assert.rejects(Lock.prototype.acquire.call({}), { code: 'INVALID_ARGUMENT' });
+  assert.equal(h.fence > 0 && h.count === 1 && h.state === 'held', true); // the wrapped getters still read
   await h.release();
 });
