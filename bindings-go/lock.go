@@ -53,7 +53,9 @@ func (l *Lock) Name() string {
 	return l.name
 }
 
-// Close frees the handle. Idempotent. Held locks acquired through it stay usable.
+// Close frees the handle. Idempotent. Held locks acquired through it stay usable, and so does an
+// Acquire or TryAcquire already under way on it (Close does not interrupt it: cancel its ctx, or
+// Close the Client, which ends every waiting Acquire of its locks).
 func (l *Lock) Close() error {
 	if p := l.take(); p != nil {
 		C.ferrolock_lock_free(p)
