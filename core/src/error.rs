@@ -255,8 +255,8 @@ impl Error {
                     // script running long; OOM, memory full until keys expire or are evicted;
                     // NOREPLICAS, too few replicas for `min-replicas-to-write` until they return.
                     Some("LOADING") | Some("BUSY") | Some("TRYAGAIN") | Some("MASTERDOWN")
-                    | Some("READONLY") | Some("CLUSTERDOWN") | Some("MOVED") | Some("ASK")
-                    | Some("OOM") | Some("NOREPLICAS") => ErrorKind::Connection,
+                    | Some("READONLY") | Some("CLUSTERDOWN") | Some("MOVED") | Some("ASK") | Some("OOM")
+                    | Some("NOREPLICAS") => ErrorKind::Connection,
                     // Anything else will not pass by waiting: WRONGTYPE (the lock's key holds
                     // a value that is not ours), a script error, an unknown command.
                     _ => ErrorKind::Script,

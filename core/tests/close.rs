@@ -301,7 +301,9 @@ async fn an_acquire_in_flight_at_the_close_ends_after_one_response_timeout() {
     server.resume();
     assert_eq!(r.unwrap_err().kind(), ErrorKind::Closed);
     assert!(took < Duration::from_millis(800), "CLOSED came {took:?} after the close");
-    server.wait_for(Duration::from_secs(3), "the undo ran", |s| s.cmd::<i64>(&["EXISTS", "ferrolock:{in-flight}"]) == 0);
+    server.wait_for(Duration::from_secs(3), "the undo ran", |s| {
+        s.cmd::<i64>(&["EXISTS", "ferrolock:{in-flight}"]) == 0
+    });
     assert!(admin.inspect("in-flight").await.unwrap().is_none());
 }
 

@@ -336,7 +336,9 @@ async fn a_release_retried_after_its_timed_out_tries_ran_succeeds() {
         server.resume();
         // The stopped tries run now: the first deletes the hold.
         let key = format!("ferrolock:{{{name}}}");
-        server.wait_for(Duration::from_secs(3), "the late release ran", |s| s.cmd::<i64>(&["EXISTS", &key]) == 0);
+        server.wait_for(Duration::from_secs(3), "the late release ran", |s| {
+            s.cmd::<i64>(&["EXISTS", &key]) == 0
+        });
         if granted_between {
             let o = other.lock(&name, LockOptions::lease(Duration::from_secs(5))).unwrap();
             o.acquire(None).await.unwrap().release().await.unwrap();
