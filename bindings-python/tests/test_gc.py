@@ -40,6 +40,17 @@ class Worker:
         self.lost.append(err)
 
 
+def assert_taken_once_run_out(redis: RedisServer, name: str, after: str) -> None:
+    """Another client gets ``name`` within ``RUNS_OUT``: nothing renews it any more."""
+    other = ferrolock.Client.connect(redis.url)
+    try:
+        held = other.lock(name, ttl=5).acquire(wait=RUNS_OUT)
+    except ferrolock.AcquireTimeoutError:
+        pytest.fail(f"still held {RUNS_OUT} s after {after} (info {other.inspect(name)!r})")
+    held.release()
+    other.close()
+
+
 def assert_renewed_then_collected(redis: RedisServer, name: str, make: Any, lost: List[Any]) -> None:
     """``make()`` acquires ``name`` (watchdog lease ``LEASE``) and returns the one reference to
     the object keeping the hold; it is dropped and collected, then another client must get the
@@ -52,13 +63,7 @@ def assert_renewed_then_collected(redis: RedisServer, name: str, make: Any, lost
     assert info is not None and info.fence == worker.held.fence, "the watchdog did not renew the hold"
     del worker
     gc.collect()
-    other = ferrolock.Client.connect(redis.url)
-    try:
-        held = other.lock(name, ttl=5).acquire(wait=RUNS_OUT)
-    except ferrolock.AcquireTimeoutError:
-        pytest.fail(f"still held {RUNS_OUT} s after the hold was collected: renewed after GC "
-                    f"(info {other.inspect(name)!r})")
-    held.release()
+    assert_taken_once_run_out(redis, name, "the hold was collected: renewed after GC")
     assert ref() is None, "the object holding the hold was not collected"
     assert lost == [], "a collected hold's on_lost callback ran"
 
@@ -134,14 +139,7 @@ def _runs_out_without_the_collector(redis: RedisServer, name: str, end_owner: An
     gc.disable()
     try:
         end_owner()
-        other = ferrolock.Client.connect(redis.url)
-        try:
-            held = other.lock(name, ttl=5).acquire(wait=RUNS_OUT)
-        except ferrolock.AcquireTimeoutError:
-            pytest.fail(f"still renewed {RUNS_OUT} s after its owner ended, with no collection "
-                        f"(info {other.inspect(name)!r})")
-        held.release()
-        other.close()
+        assert_taken_once_run_out(redis, name, "its owner ended, with no collection: still renewed")
     finally:
         gc.enable()
 
