@@ -59,7 +59,7 @@ const ErrNotReplicated ErrorCode = 306
 // ErrProtocol (PROTOCOL): The server sent a reply this library does not understand.
 const ErrProtocol ErrorCode = 400
 
-// ErrScript (SCRIPT): A script failed on the server (EVAL disabled, script error, fence exhausted).
+// ErrScript (SCRIPT): The server refused a script or command for good (EVAL disabled, script error, fence exhausted, the lock's key holding a value of another type: `WRONGTYPE`).
 const ErrScript ErrorCode = 401
 
 // ErrPermission (PERMISSION): The server's ACL denied a command or key.

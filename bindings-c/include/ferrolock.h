@@ -108,7 +108,7 @@ typedef enum {
    */
   FERROLOCK_RESULT_PROTOCOL = 400,
   /**
-   * A script failed on the server (EVAL disabled, script error, fence exhausted). (`SCRIPT`)
+   * The server refused a script or command for good (EVAL disabled, script error, fence exhausted, the lock's key holding a value of another type: `WRONGTYPE`). (`SCRIPT`)
    */
   FERROLOCK_RESULT_SCRIPT = 401,
   /**

@@ -51,7 +51,7 @@ pub enum ferrolock_result {
     NotReplicated = 306,
     /// The server sent a reply this library does not understand. (`PROTOCOL`)
     Protocol = 400,
-    /// A script failed on the server (EVAL disabled, script error, fence exhausted). (`SCRIPT`)
+    /// The server refused a script or command for good (EVAL disabled, script error, fence exhausted, the lock's key holding a value of another type: `WRONGTYPE`). (`SCRIPT`)
     Script = 401,
     /// The server's ACL denied a command or key. (`PERMISSION`)
     Permission = 402,
