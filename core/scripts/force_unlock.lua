@@ -12,11 +12,14 @@
 -- (release.lua), and the message is 'G:<token>:<fence>:<lease ms>'. The hand-on loop repeats
 -- release.lua's on purpose: a script cannot call another (shared code needs Redis 7 functions,
 -- which the supported servers do not all have); core/tests/fair.rs checks both hand on alike.
--- Returns {1, owner, count, fence} when a hold was deleted, {0} when the lock was free.
+-- Returns {1, owner, count, fence, pttl} when a hold was deleted (pttl: what was left of its
+-- lease, -1 for none; clients before pttl was added read the first four), {0} when the lock was
+-- free.
 local hold = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence')
 if not hold[1] then
   return {0}
 end
+local pttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
 local message = KEYS[1]
 -- PTTL (in the basic ACL rule set, docs/SECURITY.md) tells whether a queue exists (-2: no key;
@@ -60,4 +63,4 @@ if ARGV[2] == 'sharded' then
 else
   redis.call('PUBLISH', ARGV[1], message)
 end
-return {1, hold[1], hold[2], hold[3]}
+return {1, hold[1], hold[2], hold[3], pttl}

@@ -221,6 +221,21 @@ pub struct LockInfo {
     pub ttl: Option<Duration>,
 }
 
+impl LockInfo {
+    /// A hold as the inspect and force-unlock scripts report it: `{1, owner, count, fence,
+    /// pttl, …}` (a force-unlock reply of a server-side script from before pttl was added has
+    /// no fifth item: `ttl` is then `None`).
+    pub(crate) fn from_reply(items: &[Value]) -> Result<LockInfo> {
+        let pttl = if items.len() > 4 { int_at(items, 4)? } else { -1 };
+        Ok(LockInfo {
+            owner: bytes_at(items, 1)?,
+            count: parse_num(items, 2)?,
+            fence: parse_num(items, 3)?,
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        })
+    }
+}
+
 impl Client {
     /// Connect to `url`: `redis://[user:password@]host[:port][/db]`, `rediss://` for TLS, or
     /// `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db]` to find the
@@ -572,13 +587,7 @@ impl Client {
         if int_at(items, 0)? == 0 {
             return Ok(None);
         }
-        let pttl = int_at(items, 4)?;
-        Ok(Some(LockInfo {
-            owner: bytes_at(items, 1)?,
-            count: parse_num(items, 2)?,
-            fence: parse_num(items, 3)?,
-            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-        }))
+        LockInfo::from_reply(items).map(Some)
     }
 
     /// The last fencing token granted for `name`, while it is retained (`None` after expiry).
@@ -630,12 +639,7 @@ impl Client {
         if int_at(items, 0)? == 0 {
             return Ok(None);
         }
-        Ok(Some(LockInfo {
-            owner: bytes_at(items, 1)?,
-            count: parse_num(items, 2)?,
-            fence: parse_num(items, 3)?,
-            ttl: None,
-        }))
+        LockInfo::from_reply(items).map(Some)
     }
 
     /// Single node: whether waiters of this client listen on `channel` (it is subscribed).

@@ -1307,12 +1307,7 @@ impl Quorum {
             if int_at(items, 0)? == 0 {
                 continue;
             }
-            let info = LockInfo {
-                owner: bytes_at(items, 1)?,
-                count: parse_num(items, 2)?,
-                fence: parse_num(items, 3)?,
-                ttl: None,
-            };
+            let info = LockInfo::from_reply(items)?;
             if best.as_ref().is_none_or(|b| info.fence > b.fence) {
                 best = Some(info);
             }

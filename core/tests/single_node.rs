@@ -133,7 +133,13 @@ async fn reentrancy_and_non_owner() {
     // A stale guard of a lost hold cannot touch the new owner's hold either.
     g_other.release().await.unwrap();
     let mine = lock.acquire(Some(Duration::ZERO)).await.unwrap();
-    client.force_unlock("re").await.unwrap();
+    let removed = client.force_unlock("re").await.unwrap().expect("the hold force_unlock removed");
+    assert_eq!((removed.fence, removed.count), (mine.fence(), 1));
+    // What was left of its 10 s lease, as inspect reports it (not None, "no expiry").
+    assert!(
+        removed.ttl.is_some_and(|t| t > Duration::from_secs(5) && t <= Duration::from_secs(10)),
+        "{removed:?}"
+    );
     let theirs = other.acquire(Some(Duration::ZERO)).await.unwrap();
     assert_eq!(mine.extend(Duration::from_secs(60)).await.unwrap_err().kind(), ErrorKind::Lost);
     assert_eq!(mine.release().await.unwrap_err().kind(), ErrorKind::Lost);
