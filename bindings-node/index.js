@@ -72,7 +72,7 @@ function normalize(err) {
   return makeError(INTERNAL, `ferrolock: unexpected error: ${message}`, err);
 }
 
-// The keys of each options object (index.d.ts; test/options.test.mjs compares the two), and
+// The keys of each options object (index.d.ts; test/bad-input.test.mjs compares the two), and
 // which of them hold a nested options object. napi reads only the fields it knows, so another
 // library's option (`timeout`, `retryCount`) or a misspelt one would be ignored without a word,
 // and a nested value of the wrong type (`tls: true`) would read as "every field absent".
@@ -105,14 +105,15 @@ function checkShape(what, o, schema) {
   }
 }
 
-function checkOptions(args, index, schema, what = 'options') {
-  const o = args[index];
-  if (schema !== undefined && o !== undefined && o !== null) checkShape(what, o, schema);
+function checkOptions(what, o, schema) {
+  if (o !== undefined && o !== null) checkShape(what, o, schema);
 }
 
-// TLS options name TLS: with a plain URL they are refused even when they set nothing (an
-// ioredis habit is `tls: {}` to turn TLS on), not read as "connect in clear text".
-function checkTlsUrls(urls, options) {
+// `Client.connect(url, options)` / `Redlock.connect(urls, options)`: the options' keys, and TLS
+// options name TLS: with a plain URL they are refused even when they set nothing (an ioredis
+// habit is `tls: {}` to turn TLS on), not read as "connect in clear text".
+function checkConnect([urls, options]) {
+  checkOptions('options', options, SCHEMAS.client);
   if (options?.tls === undefined || options.tls === null) return;
   for (const url of Array.isArray(urls) ? urls : [urls]) {
     if (typeof url === 'string' && !/^rediss(\+[a-z]+)?:\/\//i.test(url)) {
@@ -121,12 +122,13 @@ function checkTlsUrls(urls, options) {
   }
 }
 
-function wrapSync(target, name, optionsIndex = -1, schema = undefined) {
+// `check(args)`, if given, refuses bad arguments before the native call.
+function wrapSync(target, name, check = undefined) {
   const orig = target[name];
   Object.defineProperty(target, name, {
     value: function (...args) {
       try {
-        checkOptions(args, optionsIndex, schema);
+        check?.(args);
         return orig.apply(this, args);
       } catch (e) {
         throw normalize(e);
@@ -148,13 +150,12 @@ function withCallerStack(err, fn) {
 }
 
 // Promise-returning methods always reject (never throw synchronously) with a coded error.
-function wrapAsync(target, name, optionsIndex = -1, schema = undefined) {
+function wrapAsync(target, name, check = undefined) {
   const orig = target[name];
   Object.defineProperty(target, name, {
     value: async function wrapped(...args) {
       try {
-        checkOptions(args, optionsIndex, schema);
-        if (schema === SCHEMAS.client) checkTlsUrls(args[0], args[optionsIndex]);
+        check?.(args);
         return await orig.apply(this, args);
       } catch (e) {
         throw withCallerStack(normalize(e), wrapped);
@@ -165,9 +166,9 @@ function wrapAsync(target, name, optionsIndex = -1, schema = undefined) {
   });
 }
 
-wrapAsync(Client, 'connect', 1, SCHEMAS.client);
-wrapAsync(Redlock, 'connect', 1, SCHEMAS.client);
-wrapSync(Client.prototype, 'lock', 1, SCHEMAS.lock);
+wrapAsync(Client, 'connect', checkConnect);
+wrapAsync(Redlock, 'connect', checkConnect);
+wrapSync(Client.prototype, 'lock', ([, options]) => checkOptions('options', options, SCHEMAS.lock));
 wrapAsync(Client.prototype, 'inspect');
 wrapAsync(Client.prototype, 'forceUnlock');
 wrapAsync(Lock.prototype, 'tryAcquire');
@@ -343,7 +344,7 @@ Held.prototype.onLost = function onLost(callback) {
 Client.prototype.withLock = async function withLock(name, fn, options) {
   checkReceiver(this, Client, 'client.withLock');
   if (typeof fn !== 'function') throw makeError(INVALID_ARGUMENT, 'withLock needs a function');
-  checkOptions([options], 0, SCHEMAS.withLock, 'withLock options');
+  checkOptions('withLock options', options, SCHEMAS.withLock);
   const { ttl, renew, fair, wait, signal } = options ?? {};
   const lock = this.lock(name, { ttl, renew, fair });
   const held = await lock.acquire({ wait, signal });
