@@ -7,7 +7,8 @@
 //! Which thread owns a hold is decided by the `Lock`'s `threading.local`: each thread's owner is
 //! kept there as `owner`, made on the thread's first use; the owning thread finds it (under it,
 //! `local.owner is owner`), any other thread does not. Not the thread's ident, which the OS
-//! hands to a new thread once one has ended.
+//! hands to a new thread once one has ended. Once the owner is gone (its `Lock` was dropped), a
+//! `Held` still kept falls back to the acquiring thread's Rust `ThreadId`, which is never reused.
 //!
 //! References go one way: `Lock` → `threading.local` → each thread's owner → its stack of
 //! `Held`s; a `Held` refers back to its owner and the local only weakly. So a thread that ends
@@ -64,11 +65,10 @@ impl NativeOwner {
     fn push(slf: &Bound<'_, Self>, g: ferrolock::Guard) -> PyResult<Py<Held>> {
         let py = slf.py();
         let this = slf.get();
-        let Some(local) = this.local.bind(py).upgrade() else {
+        if this.local.bind(py).upgrade().is_none() {
             g.abandon(); // nobody could ever release it
             return Err(errors::new(py, ErrorKind::NotHeld, "the lock's per-thread storage is gone"));
-        };
-        drop(local);
+        }
         let held = Py::new(
             py,
             Held {
