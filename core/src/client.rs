@@ -886,14 +886,15 @@ pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
              rediss+sentinel://, redis+cluster:// or rediss+cluster://)",
         ));
     }
-    // Never echo the URL: it may carry a password.
-    lowered.as_str().into_connection_info().map_err(|e| {
-        let why = if e.kind() == redis::ErrorKind::InvalidClientConfig && scheme == "rediss" {
-            "cannot use this rediss:// URL (is TLS support compiled in?)"
-        } else {
-            "cannot parse the server URL"
-        };
-        Error::new(ErrorKind::InvalidUrl, why)
+    // Never echo the URL: it may carry a password. The reasons given are fixed texts: url's
+    // messages for a URL that does not parse, the first part of the driver's otherwise (its
+    // detail part may quote the URL).
+    let parsed = url::Url::parse(&lowered)
+        .map_err(|e| Error::new(ErrorKind::InvalidUrl, format!("cannot parse the server URL: {e}")))?;
+    parsed.into_connection_info().map_err(|e| {
+        let shown = e.to_string();
+        let why = shown.split(" - ").next().unwrap_or("");
+        Error::new(ErrorKind::InvalidUrl, format!("cannot use the server URL: {}", why.to_lowercase()))
     })
 }
 

@@ -1169,6 +1169,20 @@ async fn bad_input_is_rejected_before_io() {
     assert_eq!(e.kind(), ErrorKind::InvalidConfig);
     let e = ferrolock::Client::connect("http://x", ClientOptions::default()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidUrl);
+    // A URL that does not parse or names no usable server says why, and never echoes the URL
+    // (its password).
+    for (url, why) in [
+        ("redis://:hunter2@127.0.0.1:99999", "invalid port number"),
+        ("redis://:hunter2@/", "empty host"),
+        ("redis://:hunter2@127.0.0.1/zero", "invalid database number"),
+        ("redis://:hunter2@0.0.0.0:6379", "wildcard address"),
+        ("redis://:hunter2@127.0.0.1/?protocol=hunter2", "invalid protocol version"),
+    ] {
+        let e = ferrolock::Client::connect(url, ClientOptions::default()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{url}: {e}");
+        assert!(e.message().contains(why), "{url}: {e}");
+        assert!(!format!("{e} {e:?}").contains("hunter2"), "{url}: {e}");
+    }
     // A database number the server refuses is the URL's fault (it read SCRIPT).
     let e = ferrolock::Client::connect(&format!("{}/99", server.url()), ClientOptions::default())
         .await
