@@ -655,7 +655,7 @@ impl Lock {
         };
         hold.add_guard();
         if !hold.has_watchdog() {
-            c.watchdog.register(&hold, inner.hold_key.clone(), inner.token.clone());
+            c.watchdog.register(&hold, self);
         }
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
         let flags = Flags {
@@ -1162,7 +1162,11 @@ impl Guard {
         let _op = lock.inner.op.lock().await;
         let is_current = lock.current().is_some_and(|h| Arc::ptr_eq(&h, hold));
         if !is_current {
-            return Err(Error::new(ErrorKind::Lost, "the hold this guard belonged to was lost"));
+            let why = hold.lost_reason().map(|w| format!(": {w}")).unwrap_or_default();
+            return Err(Error::new(
+                ErrorKind::Lost,
+                format!("the hold this guard belonged to was lost{why}"),
+            ));
         }
         if hold.state() == LockState::Lost {
             // Clean up whatever is left under our token; never touches another owner's hold.
@@ -1237,8 +1241,7 @@ impl Guard {
                     // Renewed for one more lease, so a retry finds the hold alive; not beyond,
                     // or a guard abandoned after the failure (and not dropped: a collector that
                     // has not run) would keep the lock forever.
-                    let (key, token) = (lock.inner.hold_key.clone(), lock.inner.token.clone());
-                    c.watchdog.register_for_retry(hold, key, token);
+                    c.watchdog.register_for_retry(hold, lock);
                 }
                 Err(e)
             }

@@ -785,8 +785,14 @@ impl Quorum {
         }
         undo(verdict_tx);
         self.settle_lanes(lock, &answered).await;
+        // The round ends as soon as a quorum can no longer grant, so some masters may be
+        // unheard: they did not fail, and could only have added holds to what decided it.
+        // Whether failures kept a quorum from answering counts them with the answers.
+        let unheard = n - got;
+        let answered = held + granted.len() + limit;
+        let reachable = answered + unheard;
         if let Some(e) = first_err
-            && held + granted.len() + limit < self.quorum
+            && reachable < self.quorum
         {
             return Err(e); // a non-transient failure (auth, script, permission) is not retried
         }
@@ -796,14 +802,14 @@ impl Quorum {
                 format!("re-entry refused: depth {max} is the limit"),
             ));
         }
-        if held >= self.quorum {
+        if held >= self.quorum || (reachable >= self.quorum && granted.is_empty() && held > 0) {
+            // Held by another owner, and no grant of ours: also when a minority failed and the
+            // rest were not waited for. Wait for the holder's release message.
             return Ok(Round::Held { pttl });
         }
-        let answered = held + granted.len() + limit;
-        if answered >= self.quorum {
+        if reachable >= self.quorum {
             return Ok(Round::Split { pttl });
         }
-        let unheard = n - got;
         if unheard > 0 {
             // The round was decided without them: a quorum could no longer answer.
             failures.push(format!("{unheard} not waited for"));
@@ -893,7 +899,10 @@ impl Quorum {
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let bound = |d: Duration| left.map_or(d, |l| l.min(d));
-            match self.clone().attempt(lock, deadline).await? {
+            let round = self.clone().attempt(lock, deadline).await?;
+            // Granted too late to be valid: a wait that ends after this round says so.
+            let expired = matches!(round, Round::Expired);
+            match round {
                 Round::Granted(g) => return Ok(g),
                 Round::Superseded => continue,
                 // The round used up the validity: the masters are slow against the TTL. Spread
@@ -939,6 +948,13 @@ impl Quorum {
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
+                if expired {
+                    return Err(Error::new(
+                        ErrorKind::AcquireTimeout,
+                        "the wait elapsed; the last quorum granted too late for the lease to be valid \
+                         (the masters answer slower than the TTL allows)",
+                    ));
+                }
                 return Err(lock.timed_out());
             }
         }
@@ -1100,6 +1116,19 @@ impl Quorum {
         }
         let why = first_err.map(|e| e.to_string()).unwrap_or_default();
         Err(self.unreachable(ok + not_owner, &format!("release confirmed by no master ({why})")))
+    }
+
+    /// A hold that more than `N − q` masters refused to renew (the watchdog marked it lost):
+    /// delete it from the masters that still have it, which that renewal just extended. Under
+    /// the handle's op lock, and only while the lost hold is still the handle's current one: a
+    /// later grant of the same handle (same token) is never touched.
+    pub(crate) async fn clear_refused(self: Arc<Self>, lock: Lock, hold: Arc<Hold>) {
+        let _op = lock.inner.op.lock().await;
+        if !lock.current().is_some_and(|h| Arc::ptr_eq(&h, &hold)) {
+            return;
+        }
+        lock.give_up(&hold, "the masters no longer hold this owner's lock (renewal refused)");
+        let _ = Box::pin(self.release(&lock, 0, Some(hold.fence))).await;
     }
 
     /// Extend by quorum: counts only if a quorum confirms before the current local deadline.

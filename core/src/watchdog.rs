@@ -19,12 +19,16 @@ use tokio::sync::Notify;
 
 use crate::client::Backend;
 use crate::hold::Hold;
+use crate::lock::{Lock, LockInner};
 use crate::options::ClientOptions;
 use crate::scripts::{EXTEND, is_noscript};
 use crate::timing;
 
 struct Entry {
     hold: Weak<Hold>,
+    /// Its lock handle: a Redlock hold that a majority refused to renew is cleared through it
+    /// from the masters that still have it.
+    lock: Weak<LockInner>,
     key: Arc<[u8]>,
     token: Arc<str>,
     next_due: Instant,
@@ -146,19 +150,20 @@ impl Watchdog {
     }
 
     /// Track `hold`: renew it if `hold.renew`, and mark it lost at its local deadline.
-    pub fn register(&self, hold: &Arc<Hold>, key: Arc<[u8]>, token: Arc<str>) {
-        self.insert(hold, key, token, None);
+    pub fn register(&self, hold: &Arc<Hold>, lock: &Lock) {
+        self.insert(hold, lock, None);
     }
 
     /// Track `hold` again after its last level's release failed, so that a retry finds it
     /// alive: renewals go on for one more lease from now, then stop, and the lease runs out.
     /// A caller that abandons the guard without dropping it (a garbage-collected binding whose
     /// collector has not run yet) thus leaves the lock held for at most about two leases.
-    pub fn register_for_retry(&self, hold: &Arc<Hold>, key: Arc<[u8]>, token: Arc<str>) {
-        self.insert(hold, key, token, Some(Instant::now() + hold.ttl()));
+    pub fn register_for_retry(&self, hold: &Arc<Hold>, lock: &Lock) {
+        self.insert(hold, lock, Some(Instant::now() + hold.ttl()));
     }
 
-    fn insert(&self, hold: &Arc<Hold>, key: Arc<[u8]>, token: Arc<str>, renew_until: Option<Instant>) {
+    fn insert(&self, hold: &Arc<Hold>, lock: &Lock, renew_until: Option<Instant>) {
+        let (key, token) = (lock.inner.hold_key.clone(), lock.inner.token.clone());
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let next_due = now + hold.ttl() / 3;
@@ -168,8 +173,16 @@ impl Watchdog {
         let due_in = u64::try_from(due.saturating_duration_since(now).as_nanos()).unwrap_or(u64::MAX);
         self.shared.last_due_in.store(due_in, Ordering::Relaxed);
         let hold_ref = Arc::downgrade(hold);
-        let entry =
-            Entry { hold: hold_ref, key, token, next_due, in_flight: false, renew_until, confirm: false };
+        let entry = Entry {
+            hold: hold_ref,
+            lock: Arc::downgrade(&lock.inner),
+            key,
+            token,
+            next_due,
+            in_flight: false,
+            renew_until,
+            confirm: false,
+        };
         // Read under `entries`, which the tick that wrote `planned` held: either that tick saw
         // this entry, or `planned` is what the scheduler sleeps until now.
         let sooner = {
@@ -463,6 +476,7 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
     let due: Vec<Due> = due.into_iter().chain(gone).collect();
     let now = Instant::now();
     let mut noscript = false;
+    let mut refused = Vec::new();
     {
         let mut entries = shared.entries();
         for (d, outcome) in due.iter().zip(outcomes) {
@@ -485,7 +499,9 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
                 Outcome::Refused => {
                     d.hold.mark_lost("the server no longer holds this owner's lock (renewal refused)");
                     d.hold.take_watchdog();
-                    entries.remove(&d.id);
+                    if let Some(e) = entries.remove(&d.id) {
+                        refused.push((e.lock, d.hold.clone()));
+                    }
                 }
                 Outcome::Noscript => {
                     noscript = true;
@@ -505,6 +521,15 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
         }
     }
     shared.landed.notify_waiters();
+    if let Backend::Quorum(q) = &backend {
+        // The masters that still had these holds were just renewed: clear them, as `extend`
+        // does, so that the lock is not kept from others for a lease nobody holds.
+        for (lock, hold) in refused {
+            if let Some(inner) = lock.upgrade() {
+                tokio::spawn(q.clone().clear_refused(Lock { inner }, hold));
+            }
+        }
+    }
     if noscript && let Backend::Single { conn, .. } = &backend {
         let _ = EXTEND.prepare_invoke().load_async(&mut conn.clone()).await;
     }

@@ -1423,3 +1423,73 @@ async fn an_inner_release_that_finds_the_hold_lost_clears_the_minority() {
     assert_eq!(outer.release().await.unwrap_err().kind(), ErrorKind::Lost);
     no_hold_left(&servers, "lost-inner").await;
 }
+
+// A lock held by another owner while one master of five is down reads as held, not as an
+// unreachable quorum: a master known to stall fails at once, the round ends as soon as a quorum
+// can no longer grant (two "held" answers decide it), and the masters not waited for count as
+// reachable. As unreachable, `try_acquire` failed with QUORUM_NOT_REACHED and a waiter polled
+// with a backoff instead of waiting for the release message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_lock_with_a_master_down_reads_as_held() {
+    let mut servers = start_many(5);
+    let (a, b) = (redlock(&servers).await, redlock_with(&servers, calm()).await);
+    let lease = || LockOptions::lease(Duration::from_secs(30));
+    let holder = a.lock("held-1-down", lease()).unwrap();
+    let g = holder.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    held_everywhere(&servers, "held-1-down").await;
+    let waiter = b.lock("held-1-down", lease()).unwrap();
+    servers[4].pause();
+    // The first tries wait out the stopped master once; the later ones find it known to stall.
+    for i in 0..6 {
+        let r = waiter.try_acquire().await;
+        assert!(matches!(r, Ok(None)), "try {i}: {:?}", r.map(|g| g.is_some()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let e = waiter.acquire(Some(Duration::from_millis(300))).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "{e}");
+    // A killed master (connection refused) is a failure of the same kind.
+    servers[4].resume();
+    servers[3].kill9();
+    for i in 0..4 {
+        let r = waiter.try_acquire().await;
+        assert!(matches!(r, Ok(None)), "try {i} with a killed master: {:?}", r.map(|g| g.is_some()));
+    }
+    // The waiter takes it once the holder releases.
+    let wait = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(10))).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.release().await.unwrap();
+    wait.await.unwrap().unwrap().release().await.unwrap();
+}
+
+// A watchdog renewal that more than N − q masters refuse marks the hold lost, and clears it from
+// the masters that still had it, which that same renewal had just extended (as `extend` does):
+// the lock is not kept from others for a lease nobody holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_refused_by_a_majority_clears_the_minority() {
+    let servers = start_many(5);
+    let mut opts = calm();
+    opts.watchdog_ttl = Duration::from_secs(3);
+    let client = redlock_with(&servers, opts).await;
+    let lock = client.lock("lost-renew", LockOptions::default()).unwrap();
+    let g = lock.acquire(Some(Duration::from_secs(2))).await.unwrap();
+    held_everywhere(&servers, "lost-renew").await;
+    let mut states = g.watch();
+    for s in &servers[..3] {
+        let _: () = s.cmd(&["DEL", "ferrolock:{lost-renew}"]); // an outsider (force-unlock, restart)
+    }
+    // The renewal at ttl / 3 is refused by three masters.
+    // (The `Ref` that `wait_for` returns is dropped at once: it blocks the state's writers.)
+    let lost = async { states.wait_for(|s| *s == LockState::Lost).await.is_ok() };
+    let lost = tokio::time::timeout(Duration::from_secs(3), lost).await;
+    assert_eq!(lost, Ok(true), "no LOST after the renewal: {:?}", g.state());
+    // That renewal set the two others to a fresh 3 s lease; they must be cleared well before.
+    let cleared =
+        within(Duration::from_secs(1), || !servers[3..].iter().any(|s| holds(s, "lost-renew"))).await;
+    assert!(cleared, "the minority kept the lost hold: pttl {:?}", pttls(&servers, "lost-renew"));
+    let e = g.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Lost);
+    assert!(e.message().contains("renewal refused"), "{e}");
+    // The handle works again.
+    lock.acquire(Some(Duration::from_secs(2))).await.unwrap().release().await.unwrap();
+    no_hold_left(&servers, "lost-renew").await;
+}
