@@ -350,9 +350,9 @@ impl Slot {
     }
 }
 
-/// A round was decided `took` after it started: requests still unanswered a little later (as
-/// long again as the round took, at least 2 ms) count as late. A healthy master's stragglers
-/// answer within that grace and never count.
+/// A round was decided `took` after it started: requests still unanswered a little later (twice
+/// as long as the round took after the decision, at least 2 ms, at most `cap`) count as late. A
+/// healthy master's stragglers answer within that grace and never count.
 fn mark_late_after(slots: Vec<Arc<Slot>>, took: Duration, cap: Duration) {
     let pending: Vec<Arc<Slot>> =
         slots.into_iter().filter(|s| s.state.load(Ordering::Acquire) == 0).collect();
