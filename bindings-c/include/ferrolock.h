@@ -164,7 +164,9 @@ typedef enum {
 
 /**
  * A cancellation token (opaque handle): once triggered, every acquire waiting on it returns
- * ::FERROLOCK_RESULT_CANCELLED. Thread-safe; trigger it from any thread.
+ * ::FERROLOCK_RESULT_CANCELLED. Thread-safe; trigger it from any thread, but not from a signal
+ * handler (ferrolock_cancel_trigger() takes a lock and may allocate: it is not
+ * async-signal-safe; have the handler wake a thread that triggers it).
  */
 typedef struct ferrolock_cancel ferrolock_cancel;
 
@@ -405,7 +407,8 @@ ferrolock_result ferrolock_client_new(const char *url,
  * @return ::FERROLOCK_RESULT_OK; ::FERROLOCK_RESULT_QUORUM_NOT_REACHED if fewer than a quorum
  *         of masters can be reached now (the others are reconnected in the background once
  *         connected); ::FERROLOCK_RESULT_INVALID_CONFIG for an even count without a quorum, a
- *         quorum that is not a strict majority, or a master listed twice;
+ *         quorum that is not a strict majority, or a master listed twice (the same URL: one
+ *         server under two names, such as `localhost` and `127.0.0.1`, is not detected);
  *         ::FERROLOCK_RESULT_INVALID_URL, ::FERROLOCK_RESULT_NULL_ARGUMENT, …
  *
  * # Safety
@@ -647,7 +650,9 @@ ferrolock_result ferrolock_guard_wait_lost(const ferrolock_guard *guard,
  * at once (on a library thread). `user_data` is passed back untouched; it must be safe to use
  * from another thread until the callback has been called.
  *
- * @return ::FERROLOCK_RESULT_NULL_ARGUMENT if `callback` is NULL (then it is never called).
+ * @return ::FERROLOCK_RESULT_OK once registered; ::FERROLOCK_RESULT_NULL_ARGUMENT if `callback`
+ *         is NULL, ::FERROLOCK_RESULT_CLOSED for a freed guard. On any failure the callback is
+ *         never called: `user_data` stays the caller's to free.
  *
  * # Safety
  * Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".
@@ -694,6 +699,7 @@ void ferrolock_lock_free(ferrolock_lock *lock);
  *
  * @param out_guard receives a new guard (one level of hold) on success.
  * @return ::FERROLOCK_RESULT_OK, ::FERROLOCK_RESULT_ACQUIRE_TIMEOUT when the wait elapsed,
+ *         ::FERROLOCK_RESULT_INVALID_DURATION for a `wait_ms` over one year,
  *         ::FERROLOCK_RESULT_REENTRANCY_LIMIT, ::FERROLOCK_RESULT_CONNECTION, …
  *
  * # Safety

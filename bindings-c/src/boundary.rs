@@ -55,6 +55,7 @@ pub(crate) unsafe fn call(
     let outcome = {
         // Held off this thread for the call: see `SigpipeHold` (a C program's default ends it).
         let _held = ferrolock::driver::SigpipeHold::new();
+        let _no_cancel = CancelHold::new();
         guarded(f).unwrap_or_else(|p| Err(panic_error(p.as_ref())))
     };
     match outcome {
@@ -67,6 +68,56 @@ pub(crate) unsafe fn call(
                 unsafe { out_error.write(boxed) };
             }
             code
+        }
+    }
+}
+
+/// `pthread_cancel` held off the calling thread while this lives. glibc cancels a thread by
+/// unwinding it, and a forced unwind that meets the boundary's `catch_unwind` aborts the whole
+/// process ("FATAL: exception not rethrown"); it would also skip the undo of an acquire in
+/// flight. So a call runs with cancellation disabled, as a library that holds locks should: a
+/// `pthread_cancel` sent meanwhile stays pending and acts at the thread's next cancellation point
+/// after the call returns. The previous state is put back, so a nested call (from a callback)
+/// leaves the outer one's state alone. (`ferrolock_cancel` is how a wait is ended early.)
+struct CancelHold {
+    #[cfg(unix)]
+    old: std::ffi::c_int,
+}
+
+// The value of <pthread.h>: glibc and musl; the BSDs' and macOS's.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const PTHREAD_CANCEL_DISABLE: std::ffi::c_int = 1;
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+const PTHREAD_CANCEL_DISABLE: std::ffi::c_int = 0;
+
+#[cfg(unix)]
+unsafe extern "C" {
+    // Not in the libc crate for Linux targets.
+    fn pthread_setcancelstate(state: std::ffi::c_int, oldstate: *mut std::ffi::c_int) -> std::ffi::c_int;
+}
+
+impl CancelHold {
+    fn new() -> CancelHold {
+        #[cfg(unix)]
+        {
+            let mut old: std::ffi::c_int = PTHREAD_CANCEL_DISABLE;
+            // SAFETY: a valid out-pointer; it changes the calling thread's state only.
+            unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+            CancelHold { old }
+        }
+        #[cfg(not(unix))]
+        CancelHold {}
+    }
+}
+
+impl Drop for CancelHold {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        // SAFETY: a valid out-pointer; it puts back the state read in `new` (the hold lives in
+        // one call's frame, on the thread that made it).
+        unsafe {
+            let mut was: std::ffi::c_int = 0;
+            pthread_setcancelstate(self.old, &mut was);
         }
     }
 }

@@ -8,7 +8,9 @@ use crate::handles::Table;
 use crate::result::ferrolock_result;
 
 /// A cancellation token (opaque handle): once triggered, every acquire waiting on it returns
-/// ::FERROLOCK_RESULT_CANCELLED. Thread-safe; trigger it from any thread.
+/// ::FERROLOCK_RESULT_CANCELLED. Thread-safe; trigger it from any thread, but not from a signal
+/// handler (ferrolock_cancel_trigger() takes a lock and may allocate: it is not
+/// async-signal-safe; have the handler wake a thread that triggers it).
 #[derive(Debug)]
 pub struct ferrolock_cancel {
     _opaque: [u8; 0],

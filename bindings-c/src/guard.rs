@@ -271,7 +271,9 @@ pub unsafe extern "C" fn ferrolock_guard_wait_lost(
 /// at once (on a library thread). `user_data` is passed back untouched; it must be safe to use
 /// from another thread until the callback has been called.
 ///
-/// @return ::FERROLOCK_RESULT_NULL_ARGUMENT if `callback` is NULL (then it is never called).
+/// @return ::FERROLOCK_RESULT_OK once registered; ::FERROLOCK_RESULT_NULL_ARGUMENT if `callback`
+///         is NULL, ::FERROLOCK_RESULT_CLOSED for a freed guard. On any failure the callback is
+///         never called: `user_data` stays the caller's to free.
 ///
 /// # Safety
 /// Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".

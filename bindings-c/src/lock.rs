@@ -125,6 +125,7 @@ fn wait_of(wait_ms: i64) -> Option<Duration> {
 ///
 /// @param out_guard receives a new guard (one level of hold) on success.
 /// @return ::FERROLOCK_RESULT_OK, ::FERROLOCK_RESULT_ACQUIRE_TIMEOUT when the wait elapsed,
+///         ::FERROLOCK_RESULT_INVALID_DURATION for a `wait_ms` over one year,
 ///         ::FERROLOCK_RESULT_REENTRANCY_LIMIT, ::FERROLOCK_RESULT_CONNECTION, …
 ///
 /// # Safety

@@ -29,7 +29,8 @@ start_one() {
     pid=$!
     for _ in $(seq 1 100); do
       kill -0 "$pid" 2>/dev/null || break
-      if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
+      # Ours, not a server that already had the port (ours then fails to bind and exits).
+      if redis-cli -p "$port" info server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$pid"; then
         echo "$pid redis://127.0.0.1:$port"
         return 0
       fi
