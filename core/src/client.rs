@@ -234,6 +234,20 @@ impl LockInfo {
             ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
         })
     }
+
+    /// What a force-unlock removed. The script has deleted the key by the time its reply is
+    /// read, so a hold whose count or fence is not a ferrolock number (a key written by
+    /// something else) is reported, not refused: with 0 for what does not parse (a real hold's
+    /// count and fence are at least 1).
+    pub(crate) fn removed(items: &[Value]) -> LockInfo {
+        let pttl = if items.len() > 4 { int_at(items, 4).unwrap_or(-1) } else { -1 };
+        LockInfo {
+            owner: bytes_at(items, 1).unwrap_or_default(),
+            count: parse_num(items, 2).unwrap_or(0),
+            fence: parse_num(items, 3).unwrap_or(0),
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        }
+    }
 }
 
 impl Client {
@@ -618,7 +632,9 @@ impl Client {
     }
 
     /// Administrative release: delete whatever hold `name` has and wake its waiters.
-    /// Returns what was removed. The former holder finds out at its next renewal (LOST).
+    /// Returns what was removed. The former holder finds out at its next renewal (LOST). A hash
+    /// under the name whose count or fence is no ferrolock number is removed too, and reported
+    /// with 0 for them.
     ///
     /// Redlock: deletes the hold on every master that answers and reports the largest-fence hold
     /// removed.
@@ -639,7 +655,7 @@ impl Client {
         if int_at(items, 0)? == 0 {
             return Ok(None);
         }
-        LockInfo::from_reply(items).map(Some)
+        Ok(Some(LockInfo::removed(items)))
     }
 
     /// Single node: whether waiters of this client listen on `channel` (it is subscribed).

@@ -1336,7 +1336,7 @@ impl Quorum {
             if int_at(items, 0)? == 0 {
                 continue;
             }
-            let info = LockInfo::from_reply(items)?;
+            let info = LockInfo::removed(items);
             if best.as_ref().is_none_or(|b| info.fence > b.fence) {
                 best = Some(info);
             }

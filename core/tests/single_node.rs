@@ -140,6 +140,13 @@ async fn reentrancy_and_non_owner() {
         removed.ttl.is_some_and(|t| t > Duration::from_secs(5) && t <= Duration::from_secs(10)),
         "{removed:?}"
     );
+    // A hash under the name that is no ferrolock hold (written by something else): inspect
+    // refuses to read it, force_unlock removes it and says what it could read.
+    let _: () = server.cmd(&["HSET", "ferrolock:{odd}", "owner", "x", "count", "many", "fence", "-5"]);
+    assert_eq!(client.inspect("odd").await.unwrap_err().kind(), ErrorKind::Protocol);
+    let removed = client.force_unlock("odd").await.unwrap().expect("the odd hash was there");
+    assert_eq!((removed.owner.as_slice(), removed.count, removed.fence), (&b"x"[..], 0, 0));
+    assert!(client.inspect("odd").await.unwrap().is_none());
     let theirs = other.acquire(Some(Duration::ZERO)).await.unwrap();
     assert_eq!(mine.extend(Duration::from_secs(60)).await.unwrap_err().kind(), ErrorKind::Lost);
     assert_eq!(mine.release().await.unwrap_err().kind(), ErrorKind::Lost);
