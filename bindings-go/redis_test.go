@@ -37,7 +37,7 @@ func startRedis(t testing.TB, extra ...string) string {
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		for i := 0; i < 100; i++ {
-			if ping(addr) {
+			if answersAs(addr, cmd.Process.Pid, extra) {
 				t.Cleanup(stop)
 				return "redis://" + addr
 			}
@@ -53,17 +53,38 @@ func startRedis(t testing.TB, extra ...string) string {
 	return ""
 }
 
-func ping(addr string) bool {
+// answersAs reports whether the server at addr is process pid: ours, not a server that already
+// had the port (ours then fails to bind and exits, but a look in between would find the other).
+// A --requirepass in extra authenticates the look.
+func answersAs(addr string, pid int, extra []string) bool {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 	if err != nil {
 		return false
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+	req := "INFO server\r\n"
+	for i, a := range extra {
+		if a == "--requirepass" && i+1 < len(extra) {
+			p := extra[i+1]
+			req = fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(p), p) + req
+		}
+	}
+	if _, err := c.Write([]byte(req)); err != nil {
 		return false
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	// A server with a password answers NOAUTH: it is up all the same.
-	return err == nil && (strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH"))
+	r := bufio.NewReader(c)
+	want := fmt.Sprintf("process_id:%d", pid)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return false
+		}
+		if strings.HasPrefix(line, "-") {
+			return false // NOAUTH, or a refused AUTH: not ours to use
+		}
+		if strings.TrimRight(line, "\r\n") == want {
+			return true
+		}
+	}
 }

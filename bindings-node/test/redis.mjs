@@ -25,7 +25,7 @@ function freePort() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** Start a redis-server; resolves once it answers PING. */
+/** Start a redis-server; resolves once it answers (as the process started here). */
 export async function startRedis(extra = []) {
   for (let attempt = 0; attempt < 5; attempt++) {
     const port = await freePort();
@@ -38,8 +38,9 @@ export async function startRedis(extra = []) {
     const auth = extra.includes('--requirepass') ? ['-a', extra[extra.indexOf('--requirepass') + 1], '--no-auth-warning'] : [];
     for (let i = 0; i < 100 && !exited; i++) {
       try {
-        const { stdout } = await run('redis-cli', ['-p', String(port), ...auth, 'PING']);
-        if (stdout.trim() === 'PONG') {
+        // Ours, not a server that already had the port (ours then fails to bind and exits).
+        const { stdout } = await run('redis-cli', ['-p', String(port), ...auth, 'INFO', 'server']);
+        if (stdout.split(/\r?\n/).includes(`process_id:${proc.pid}`)) {
           const cli = async (...args) => (await run('redis-cli', ['-p', String(port), ...auth, ...args.map(String)])).stdout.trim();
           return {
             port,

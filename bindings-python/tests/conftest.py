@@ -23,6 +23,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def resp(*args: str) -> bytes:
+    """One command in RESP."""
+    payload = f"*{len(args)}\r\n".encode()
+    for a in args:
+        b = a.encode()
+        payload += b"$" + str(len(b)).encode() + b"\r\n" + b + b"\r\n"
+    return payload
+
+
 class RedisServer:
     def __init__(self, *extra: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="ferrolock-py-redis-")
@@ -31,21 +40,38 @@ class RedisServer:
             args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                     "--appendonly", "no", "--dir", self.dir, *extra]
             self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if self._wait_ready():
+            if self._wait_ready(extra):
                 return
             self.stop()
         raise RuntimeError("redis-server did not start")
 
-    def _wait_ready(self) -> bool:
+    def _wait_ready(self, extra: tuple) -> bool:
+        """Whether the server on the port answers as the process started here: ours, not one
+        that already had the port (ours then fails to bind and exits, but a look in between
+        would find the other)."""
+        commands = [("INFO", "server")]
+        if "--requirepass" in extra:
+            commands.insert(0, ("AUTH", extra[extra.index("--requirepass") + 1]))
+        payload = b"".join(resp(*c) for c in commands)
+        want = f"process_id:{self.proc.pid}".encode()
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return True
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(payload)
+                    got = b""
+                    while b"redis_version" not in got or not got.endswith(b"\r\n\r\n"):
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        got += chunk
+                    if want in got.split(b"\r\n"):
+                        return True
             except OSError:
-                time.sleep(0.02)
+                pass
+            time.sleep(0.02)
         return False
 
     @property
@@ -54,12 +80,8 @@ class RedisServer:
 
     def command(self, *args: str) -> bytes:
         """One raw RESP command (the outsider's view: no ferrolock involved)."""
-        payload = f"*{len(args)}\r\n".encode()
-        for a in args:
-            b = a.encode()
-            payload += b"$" + str(len(b)).encode() + b"\r\n" + b + b"\r\n"
         with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
-            s.sendall(payload)
+            s.sendall(resp(*args))
             return s.recv(65536)
 
     def stop(self) -> None:

@@ -122,6 +122,7 @@ impl RedisServer {
             Ok(c) => c,
             Err(e) => panic!("cannot run redis-server (is it installed and on PATH?): {e}"),
         };
+        let pid = child.id();
         self.child = Some(child);
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
@@ -129,7 +130,7 @@ impl RedisServer {
                 self.child = None; // exited: port taken
                 return false;
             }
-            if self.ping() {
+            if self.answers_as(pid) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -138,11 +139,13 @@ impl RedisServer {
         false
     }
 
-    fn ping(&self) -> bool {
+    /// Whether the server on the port is process `pid`: ours, not one that already had the port
+    /// (ours then fails to bind and exits, but a look in between would find the other).
+    fn answers_as(&self, pid: u32) -> bool {
         redis::Client::open(self.admin_url())
             .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok()
+            .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c))
+            .is_ok_and(|info| info.lines().any(|l| l.trim_end() == format!("process_id:{pid}")))
     }
 
     /// The plain-text URL with the `--requirepass` password, if any, for the harness's own use.
