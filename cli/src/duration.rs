@@ -31,9 +31,12 @@ pub fn parse(s: &str) -> Result<Duration, String> {
             "" => return Err(format!("'{text}' has no unit (write e.g. {num}s or {num}ms)")),
             _ => return Err(format!("'{text}': unknown unit '{unit}' (use ms, s, m or h)")),
         };
-        let n: u32 = num.parse().map_err(|_| format!("'{text}' is too long (at most one year)"))?;
-        total = per
-            .checked_mul(n)
+        // Whole units up to a year of milliseconds fit; anything longer is refused below.
+        let n: u64 = num.parse().map_err(|_| format!("'{text}' is too long (at most one year)"))?;
+        total = u64::try_from(per.as_millis())
+            .ok()
+            .and_then(|per| per.checked_mul(n))
+            .map(Duration::from_millis)
             .and_then(|d| total.checked_add(d))
             .filter(|d| *d <= MAX)
             .ok_or_else(|| format!("'{text}' is too long (at most one year)"))?;
@@ -70,6 +73,8 @@ mod tests {
         assert_eq!(parse("1s500ms"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse("0s"), Ok(Duration::ZERO));
         assert_eq!(parse(" 2s "), Ok(Duration::from_secs(2)));
+        // More than 2^32 of a unit, within a year (it was refused as "too long").
+        assert_eq!(parse("5000000000ms"), Ok(Duration::from_millis(5_000_000_000)));
     }
 
     #[test]

@@ -29,17 +29,29 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
     .with_fair(a.fair);
     // A bad name or lease is a usage error (2) whether or not the server answers.
     opts.check(&name, &server::options(servers)).map_err(|e| Fail::core("cannot lock", &e))?;
+    // The wait covers connecting too: the core tries a server that does not answer four times
+    // (2 s each) before it gives up, which `-n` or a short `--wait` should not take. At least one
+    // attempt's timeout, so that `--wait 0s` still connects to a slow server.
+    let started = Instant::now();
+    let attempt = server::options(servers).connect_timeout;
+    let bound = if a.no_wait { Some(attempt) } else { a.wait.map(|w| w.max(attempt)) };
+    let connecting = async {
+        let Some(bound) = bound else { return server::connect(servers).await };
+        tokio::time::timeout(bound, server::connect(servers)).await.unwrap_or_else(|_| {
+            Err(Fail::new(code::FAILURE, format!("cannot connect: no answer within {}", human(bound))))
+        })
+    };
     let client = tokio::select! {
-        c = server::connect(servers) => c?,
-        c = signals.recv() => {
+        c = connecting => c?,
+        c = signals.recv_ending() => {
             return Err(Fail::new(128 + c.sig as u8, format!("{} while connecting", signals::name(c.sig))));
         }
     };
     let lock = client.lock(&name, opts).map_err(|e| Fail::core("cannot lock", &e))?;
 
     let guard = tokio::select! {
-        g = acquire(&lock, &a, &shown) => g?,
-        c = signals.recv() => {
+        g = acquire(&lock, &a, a.wait.map(|w| w.saturating_sub(started.elapsed())), &shown) => g?,
+        c = signals.recv_ending() => {
             // The wait is abandoned; an acquire in flight is undone by the core in the
             // background: give that undo a moment before the runtime shuts down.
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -86,7 +98,7 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
     // command did not exist yet): stop here, as while waiting, rather than start the command
     // and then either not pass the signal on or have it cut the command short at its start.
     // What is left is the time between this check and the fork.
-    if let Some(c) = signals.try_recv() {
+    if let Some(c) = signals.try_recv_ending() {
         release(&guard, &shown).await;
         let why =
             format!("{} after lock {shown} was obtained, before the command started", signals::name(c.sig));
@@ -171,7 +183,8 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
     Ok(exit_code(status))
 }
 
-async fn acquire(lock: &Lock, a: &ExecArgs, shown: &str) -> Result<Guard, Fail> {
+/// `wait`: what is left of `a.wait` after connecting.
+async fn acquire(lock: &Lock, a: &ExecArgs, wait: Option<Duration>, shown: &str) -> Result<Guard, Fail> {
     let not_obtained =
         |why: String| Fail::new(a.conflict_exit_code, if a.quiet { String::new() } else { why });
     if a.no_wait {
@@ -181,7 +194,7 @@ async fn acquire(lock: &Lock, a: &ExecArgs, shown: &str) -> Result<Guard, Fail> 
             Err(e) => Err(Fail::core(&format!("cannot acquire lock {shown}"), &e)),
         };
     }
-    match lock.acquire(a.wait).await {
+    match lock.acquire(wait).await {
         Ok(g) => Ok(g),
         // The core quotes a failure that ended the wait (a server that did not answer, a grant
         // not replicated): the lock was not necessarily held.
@@ -216,6 +229,7 @@ fn terminate(target: signals::Target, shown: &str, why: &str, grace: Duration) -
         human(grace)
     );
     target.send(libc::SIGTERM);
+    target.send(libc::SIGCONT); // a command stopped by a forwarded SIGTSTP acts on it only once continued
     Instant::now() + grace
 }
 

@@ -195,6 +195,11 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        // (clap renders this one as the whole help, whose first line is the tagline.)
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let why = "a subcommand is required: exec, status or unlock (see ferrolock --help)";
+            return Fail::usage(why.to_owned()).report();
+        }
         Err(e) => return Fail::usage(fail::clap_line(&e)).report(),
     };
     // `exec` takes its signals from the start, before the runtime's threads exist (signals.rs).

@@ -16,8 +16,20 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::fail::{Fail, code};
 
-/// Forwarded to the command: interrupt, terminate, hang-up, quit.
-const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+/// Forwarded to the command: interrupt, terminate, hang-up, quit, the user signals and the alarm
+/// (every signal whose default action ends a process and that a `kill` commonly sends: left to
+/// that default, it would end ferrolock alone, and the lock would stay held for a lease while the
+/// command, orphaned, ran on).
+const FORWARDED: [libc::c_int; 7] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGALRM];
+
+/// Also forwarded, without a controlling terminal only: stop and continue. Left to its default,
+/// a SIGTSTP would stop ferrolock alone, the lease would run out, and another holder would run
+/// beside the command. Taken, it stops the command's group while ferrolock keeps the lease (as
+/// a stopped `flock` job keeps its lock). At a terminal, job control stops ferrolock and the
+/// command together (they share a process group there), and the shell waits for ferrolock to
+/// stop: these keep their defaults.
+const JOB_CONTROL: [libc::c_int; 2] = [libc::SIGTSTP, libc::SIGCONT];
 
 /// One signal received by ferrolock.
 #[derive(Clone, Copy, Debug)]
@@ -26,6 +38,12 @@ pub struct Caught {
     /// Sent by the kernel rather than by a process: for SIGINT and SIGQUIT, typed at the
     /// terminal (Ctrl-C, Ctrl-\), which sends it to its whole foreground process group.
     pub by_kernel: bool,
+}
+
+impl Caught {
+    fn is_job_control(self) -> bool {
+        JOB_CONTROL.contains(&self.sig)
+    }
 }
 
 pub struct Signals {
@@ -47,7 +65,8 @@ impl Signals {
         let (set, started_with) = unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            for sig in FORWARDED {
+            let jobs: &[libc::c_int] = if has_controlling_terminal() { &[] } else { &JOB_CONTROL };
+            for &sig in FORWARDED.iter().chain(jobs) {
                 if !is_ignored(sig) {
                     libc::sigaddset(&mut set, sig);
                 }
@@ -79,9 +98,20 @@ impl Signals {
         }
     }
 
-    /// A signal received and not yet taken with `recv`, if any.
-    pub fn try_recv(&mut self) -> Option<Caught> {
-        self.rx.try_recv().ok()
+    /// The next signal received that ends a wait: not a stop or continue (there is no command to
+    /// pass those to yet; ferrolock goes on waiting).
+    pub async fn recv_ending(&mut self) -> Caught {
+        loop {
+            let c = self.recv().await;
+            if !c.is_job_control() {
+                return c;
+            }
+        }
+    }
+
+    /// A signal received, not yet taken, and ending a wait, if any (see [`Self::recv_ending`]).
+    pub fn try_recv_ending(&mut self) -> Option<Caught> {
+        std::iter::from_fn(|| self.rx.try_recv().ok()).find(|c| !c.is_job_control())
     }
 
     /// What the command's process must do between fork and exec (see [`ForChild::restore`]).
@@ -209,6 +239,9 @@ pub fn name(sig: libc::c_int) -> String {
         libc::SIGHUP => "SIGHUP".to_owned(),
         libc::SIGQUIT => "SIGQUIT".to_owned(),
         libc::SIGKILL => "SIGKILL".to_owned(),
+        libc::SIGUSR1 => "SIGUSR1".to_owned(),
+        libc::SIGUSR2 => "SIGUSR2".to_owned(),
+        libc::SIGALRM => "SIGALRM".to_owned(),
         n => format!("signal {n}"),
     }
 }

@@ -133,6 +133,14 @@ fn bad_durations_are_refused_with_one_line_and_code_2() {
     assert_eq!(code(&out), Some(2), "--wait and --no-wait conflict: {}", stderr(&out));
     let out = output(on(&server).args(["exec", "d", "true"]));
     assert_eq!(code(&out), Some(2), "the command must follow --: {}", stderr(&out));
+    // No subcommand: says so (it printed the tagline as its error).
+    let out = output(&mut ferrolock(&[]));
+    assert_eq!(code(&out), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("a subcommand is required"), "{}", stderr(&out));
+    // Two servers: advice the command line can follow (the library's names its quorum option).
+    let out = output(ferrolock(&[server.url(), server.url()]).args(["status", "d"]));
+    assert_eq!(code(&out), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("odd number of --redis"), "{}", stderr(&out));
 
     // Refused before connecting: the same code with no server there (it was 125, the
     // connection error, before the name and lease were checked first).

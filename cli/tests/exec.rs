@@ -201,6 +201,91 @@ fn signals_to_ferrolock_reach_the_command_and_the_lock_is_released() {
     }
 }
 
+/// A process's state letter (`S`, `R`, `T` for stopped, …) from /proc.
+fn proc_state(pid: &str) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')').next().and_then(|rest| rest.trim().chars().next()).unwrap_or('?')
+}
+
+// Every signal whose default would end ferrolock alone is passed on (SIGUSR1 ended ferrolock,
+// left the lock held for a lease and orphaned the command). Without a terminal, a SIGTSTP stops
+// the command, not ferrolock, which keeps renewing (it stopped ferrolock alone: the lease ran
+// out and another run got the lock beside the command); SIGCONT resumes the command.
+#[test]
+fn user_signals_and_stops_are_passed_on_without_losing_the_lease() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("moresig");
+    let (got, ready) = (dir.path("got"), dir.path("ready"));
+    let trap_usr1 = r#"trap 'echo usr1 > "$1"; exit 7' USR1; touch "$2"; while :; do sleep 0.05; done"#;
+    let mut c = on(&server);
+    c.args(["exec", "more", "--", "sh", "-c", trap_usr1, "sh"]).arg(&got).arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    p.signal(libc::SIGUSR1);
+    let out = p.finish(Duration::from_secs(20));
+    assert_eq!(code(&out), Some(7), "stderr: {}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&got).unwrap_or_default().trim(), "usr1");
+    assert!(!held(&server, "more"), "released after the command exited");
+
+    let ready = dir.path("pid");
+    let mut c = on(&server);
+    c.args([
+        "exec",
+        "--ttl",
+        "600ms",
+        "more",
+        "--",
+        "sh",
+        "-c",
+        r#"echo $$ > "$1.t"; mv "$1.t" "$1"; exec sleep 60"#,
+        "sh",
+    ])
+    .arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    let cmd_pid = std::fs::read_to_string(&ready).unwrap().trim().to_owned();
+    p.signal(libc::SIGTSTP);
+    let stopped = Instant::now();
+    while proc_state(&cmd_pid) != 'T' && stopped.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(proc_state(&cmd_pid), 'T', "the command was not stopped");
+    // Two leases later ferrolock still renews: the lock is held, another run does not get it.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_ne!(proc_state(&p.pid().to_string()), 'T', "ferrolock itself stopped");
+    let other = output(on(&server).args(["exec", "-n", "more", "--", "true"]));
+    assert_eq!(code(&other), Some(75), "another run got the lock: {}", stderr(&other));
+    p.signal(libc::SIGCONT);
+    let resumed = Instant::now();
+    while proc_state(&cmd_pid) == 'T' && resumed.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_ne!(proc_state(&cmd_pid), 'T', "the command was not continued");
+    p.signal(libc::SIGTERM);
+    let out = p.finish(Duration::from_secs(20));
+    assert_eq!(code(&out), Some(128 + libc::SIGTERM), "stderr: {}", stderr(&out));
+    assert!(!held(&server, "more"));
+}
+
+// `-n` and `--wait` bound connecting too: against a server that does not answer, the core's
+// four connection attempts took 8 s before either gave up.
+#[test]
+fn no_wait_and_wait_bound_connecting_to_a_server_that_does_not_answer() {
+    let server = RedisServer::start();
+    server.pause();
+    for args in
+        [&["exec", "-n", "frozen", "--", "true"][..], &["exec", "--wait", "1s", "frozen", "--", "true"]]
+    {
+        let t0 = Instant::now();
+        let out = output(on(&server).args(args));
+        let took = t0.elapsed();
+        assert_eq!(code(&out), Some(125), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("cannot connect"), "{args:?}: {}", stderr(&out));
+        assert!(took < Duration::from_secs(5), "{args:?} took {took:?}");
+    }
+    server.resume();
+}
+
 #[test]
 fn a_signal_while_waiting_stops_the_wait_silently_without_running_the_command() {
     let server = RedisServer::start();
