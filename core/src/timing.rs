@@ -37,13 +37,17 @@ pub(crate) fn check_ttl(opts: &ClientOptions, what: &str, ttl: Duration) -> Resu
     if ttl > MAX_DURATION {
         return Err(Error::invalid_duration(what, "longer than one year"));
     }
-    if ttl < Duration::from_millis(1) {
-        return Err(Error::invalid_duration(what, "must be at least 1 ms"));
-    }
-    if ttl <= drift(opts, ttl) + Duration::from_millis(2) {
+    let too_short =
+        |t: Duration| t < Duration::from_millis(1) || t <= drift(opts, t) + Duration::from_millis(2);
+    if too_short(ttl) {
+        // Name the shortest whole-millisecond TTL accepted (with the default drift, 5 ms).
+        let shortest = (1..=MAX_DURATION.as_millis() as u64)
+            .map(Duration::from_millis)
+            .find(|&t| !too_short(t))
+            .map_or(String::new(), |t| format!("; the shortest accepted is {} ms", t.as_millis()));
         return Err(Error::invalid_duration(
             what,
-            "too short: the validity after the clock-drift allowance would be under 2 ms",
+            &format!("too short: the validity after the clock-drift allowance would be under 2 ms{shortest}"),
         ));
     }
     Ok(())
@@ -79,8 +83,17 @@ mod tests {
     #[test]
     fn ttl_bounds() {
         let o = ClientOptions::default();
-        assert!(check_ttl(&o, "ttl", Duration::ZERO).is_err());
-        assert!(check_ttl(&o, "ttl", Duration::from_millis(4)).is_err());
+        // A TTL refused as too short names the shortest one accepted (0 said "at least 1 ms",
+        // and 1 ms was then refused).
+        for short in [Duration::ZERO, Duration::from_micros(500), Duration::from_millis(4)] {
+            let e = check_ttl(&o, "ttl", short).unwrap_err();
+            assert!(e.message().contains("the shortest accepted is 5 ms"), "{short:?}: {e}");
+        }
+        let mut slow = ClientOptions::default();
+        slow.drift_min = Duration::from_secs(60);
+        slow.drift_factor = 0.49;
+        let e = check_ttl(&slow, "ttl", Duration::from_secs(1)).unwrap_err();
+        assert!(e.message().contains("the shortest accepted is 117651 ms"), "{e}");
         assert!(check_ttl(&o, "ttl", Duration::from_millis(5)).is_ok());
         assert!(check_ttl(&o, "ttl", MAX_DURATION + Duration::from_secs(1)).is_err());
         assert_eq!(millis(Duration::from_micros(1500)), 2);
