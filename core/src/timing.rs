@@ -89,9 +89,8 @@ mod tests {
             let e = check_ttl(&o, "ttl", short).unwrap_err();
             assert!(e.message().contains("the shortest accepted is 5 ms"), "{short:?}: {e}");
         }
-        let mut slow = ClientOptions::default();
-        slow.drift_min = Duration::from_secs(60);
-        slow.drift_factor = 0.49;
+        let slow =
+            ClientOptions { drift_min: Duration::from_secs(60), drift_factor: 0.49, ..Default::default() };
         let e = check_ttl(&slow, "ttl", Duration::from_secs(1)).unwrap_err();
         assert!(e.message().contains("the shortest accepted is 117651 ms"), "{e}");
         assert!(check_ttl(&o, "ttl", Duration::from_millis(5)).is_ok());
