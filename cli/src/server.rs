@@ -81,7 +81,7 @@ pub fn options(servers: &Servers) -> ClientOptions {
 pub async fn connect(servers: &Servers) -> Result<Client, Fail> {
     let opts = options(servers);
     let urls = &servers.urls;
-    if urls.len() % 2 == 0 {
+    if urls.len().is_multiple_of(2) {
         // (The library's message names its option for the quorum, which the CLI does not have.)
         return Err(Fail::usage(format!(
             "{} servers is an even number: give an odd number of --redis for Redlock (its quorum is a \
