@@ -820,6 +820,20 @@ impl Target {
     /// number; a Sentinel URL's server that is no Sentinel): `InvalidUrl`, not a script failure.
     pub fn connect_error(&self, e: &redis::RedisError) -> Error {
         let err = Error::from_redis(e, &|s| redact_with(&self.secrets, s));
+        if err.kind() == ErrorKind::Script
+            && err.message().contains("unknown command")
+            && err.message().contains("HELLO")
+        {
+            // Not the URL's fault: the server is too old (or HELLO is renamed).
+            return Error::new(
+                ErrorKind::Script,
+                format!(
+                    "{}: {} (ferrolock speaks RESP3: it needs Redis 6 or newer, with HELLO available)",
+                    self.addr,
+                    err.message()
+                ),
+            );
+        }
         let kind = match err.kind() {
             ErrorKind::Script => ErrorKind::InvalidUrl,
             k => k,

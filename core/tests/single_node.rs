@@ -1196,6 +1196,11 @@ async fn bad_input_is_rejected_before_io() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{e}");
     assert!(e.message().contains("out of range"), "{e}");
+    // A server without HELLO (before Redis 6, or renamed) is not the URL's fault: it says why.
+    let old = RedisServer::start_with(&["--rename-command", "HELLO", "hello-elsewhere"]);
+    let e = ferrolock::Client::connect(&old.url(), ClientOptions::default()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Script, "{e}");
+    assert!(e.message().contains("Redis 6 or newer"), "{e}");
 }
 
 // 10. The blocking facade from a plain thread and from inside a tokio runtime.
