@@ -201,7 +201,7 @@ fn signals_to_ferrolock_reach_the_command_and_the_lock_is_released() {
     }
 }
 
-/// A process's state letter (`S`, `R`, `T` for stopped, …) from /proc.
+/// A process's state letter (`S`, `R`, `T` for stopped, `Z`, …) from /proc; `?` once it is gone.
 fn proc_state(pid: &str) -> char {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     stat.rsplit(')').next().and_then(|rest| rest.trim().chars().next()).unwrap_or('?')
@@ -437,10 +437,7 @@ fn the_command_gets_sigterm_if_ferrolock_itself_is_killed() {
 
 /// Whether process `pid` is gone (or a zombie waiting for its new parent to reap it).
 fn gone(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
-    }
+    matches!(proc_state(pid), 'Z' | '?')
 }
 
 #[test]
