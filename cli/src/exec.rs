@@ -35,14 +35,8 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
     let started = Instant::now();
     let attempt = server::options(servers).connect_timeout;
     let bound = if a.no_wait { Some(attempt) } else { a.wait.map(|w| w.max(attempt)) };
-    let connecting = async {
-        let Some(bound) = bound else { return server::connect(servers).await };
-        tokio::time::timeout(bound, server::connect(servers)).await.unwrap_or_else(|_| {
-            Err(Fail::new(code::FAILURE, format!("cannot connect: no answer within {}", human(bound))))
-        })
-    };
     let client = tokio::select! {
-        c = connecting => c?,
+        c = server::connect_within(servers, bound) => c?,
         c = signals.recv_ending() => {
             return Err(Fail::new(128 + c.sig as u8, format!("{} while connecting", signals::name(c.sig))));
         }

@@ -244,9 +244,15 @@ async fn run(cli: Cli, signals: Option<Signals>) -> Result<u8, Fail> {
     match (cli.command, signals) {
         (Command::Exec(a), Some(signals)) => exec::run(&servers, a, signals).await,
         (Command::Exec(_), None) => Err(Fail::new(code::FAILURE, "exec without its signals".to_owned())),
-        (Command::Status(a), _) => admin::status(&server::connect(&servers).await?, a).await,
-        (Command::Unlock(a), _) => admin::unlock(&server::connect(&servers).await?, a).await,
+        // One connection attempt's time, as `exec -n`: an operator's look should not take the
+        // core's four attempts against a server that does not answer.
+        (Command::Status(a), _) => admin::status(&connect_once(&servers).await?, a).await,
+        (Command::Unlock(a), _) => admin::unlock(&connect_once(&servers).await?, a).await,
     }
+}
+
+async fn connect_once(servers: &server::Servers) -> Result<ferrolock::Client, Fail> {
+    server::connect_within(servers, Some(server::options(servers).connect_timeout)).await
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! Which servers to use, and connecting to them (one server, or Redlock over several).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use ferrolock::{Client, ClientOptions, TlsOptions};
 
-use crate::fail::Fail;
+use crate::duration::human;
+use crate::fail::{Fail, code};
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
@@ -76,6 +78,14 @@ pub fn options(servers: &Servers) -> ClientOptions {
         opts.prefix.clone_from(p);
     }
     opts
+}
+
+/// [`connect`], given up (exit 125) after `bound` if one is given.
+pub async fn connect_within(servers: &Servers, bound: Option<Duration>) -> Result<Client, Fail> {
+    let Some(bound) = bound else { return connect(servers).await };
+    tokio::time::timeout(bound, connect(servers)).await.unwrap_or_else(|_| {
+        Err(Fail::new(code::FAILURE, format!("cannot connect: no answer within {}", human(bound))))
+    })
 }
 
 pub async fn connect(servers: &Servers) -> Result<Client, Fail> {

@@ -268,14 +268,18 @@ fn user_signals_and_stops_are_passed_on_without_losing_the_lease() {
 }
 
 // `-n` and `--wait` bound connecting too: against a server that does not answer, the core's
-// four connection attempts took 8 s before either gave up.
+// four connection attempts took 8 s before either gave up (and before `status` or `unlock` did).
 #[test]
 fn no_wait_and_wait_bound_connecting_to_a_server_that_does_not_answer() {
     let server = RedisServer::start();
     server.pause();
-    for args in
-        [&["exec", "-n", "frozen", "--", "true"][..], &["exec", "--wait", "1s", "frozen", "--", "true"]]
-    {
+    // (`status` and `unlock` too: one attempt, as `-n`.)
+    for args in [
+        &["exec", "-n", "frozen", "--", "true"][..],
+        &["exec", "--wait", "1s", "frozen", "--", "true"],
+        &["status", "frozen"],
+        &["unlock", "--force", "frozen"],
+    ] {
         let t0 = Instant::now();
         let out = output(on(&server).args(args));
         let took = t0.elapsed();
