@@ -422,6 +422,8 @@ impl NativeLockBase {
         fair: bool,
     ) -> PyResult<()> {
         let py = slf.py();
+        // The default wait is converted at each acquire; a bad one fails here already.
+        convert::opt_duration(wait.as_ref().map(|w| w.bind(py)), "wait")?;
         let local = THREAD_LOCAL.import(py, "threading", "local")?.call0()?;
         let state = LockState {
             client: native,

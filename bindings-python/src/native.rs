@@ -124,8 +124,10 @@ fn info_to_py(py: Python<'_>, info: Option<LockInfo>) -> PyResult<Py<PyAny>> {
 
 #[pymethods]
 impl NativeClient {
-    /// A lock handle with a fresh owner token (no I/O).
-    #[pyo3(signature = (name, ttl = None, renew = None, fair = false))]
+    /// A lock handle with a fresh owner token (no I/O). `wait`, the lock's default wait, is
+    /// only checked here (so that a bad one fails when the lock is made, not at its first
+    /// acquire); the caller keeps it.
+    #[pyo3(signature = (name, ttl = None, renew = None, fair = false, wait = None))]
     fn lock(
         &self,
         py: Python<'_>,
@@ -133,7 +135,9 @@ impl NativeClient {
         ttl: Option<&Bound<'_, PyAny>>,
         renew: Option<bool>,
         fair: bool,
+        wait: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<NativeLock> {
+        convert::opt_duration(wait, "wait")?;
         Ok(NativeLock { inner: ProcessLocal::new(self.core_lock(py, name, ttl, renew, fair)?) })
     }
 

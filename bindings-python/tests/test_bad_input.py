@@ -32,6 +32,13 @@ def test_bad_ttl(client: ferrolock.Client, ttl: object) -> None:
 def test_bad_wait(client: ferrolock.Client, wait: object) -> None:
     with pytest.raises(ferrolock.InvalidDurationError):
         client.lock("x", ttl=1).acquire(wait=wait)  # type: ignore[arg-type]
+    # A lock's default wait is checked when the lock is made (it was first seen at an acquire).
+    with pytest.raises(ferrolock.InvalidDurationError):
+        client.lock("x", ttl=1, wait=wait)  # type: ignore[arg-type]
+    with pytest.raises(ferrolock.InvalidDurationError):
+        ferrolock.AsyncLock(client._native, "x", ttl=1, wait=wait)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        client.lock("x", ttl=1, wait="soon")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("value", ["3", True, None.__class__, [1]])

@@ -101,7 +101,12 @@ class LockInfo:
 @final
 class NativeClient:
     def lock(
-        self, name: _Name, ttl: Optional[_Duration] = None, renew: Optional[bool] = None, fair: bool = False
+        self,
+        name: _Name,
+        ttl: Optional[_Duration] = None,
+        renew: Optional[bool] = None,
+        fair: bool = False,
+        wait: Optional[_Duration] = None,
     ) -> NativeLock: ...
     def inspect(self, name: _Name) -> Optional[LockInfo]: ...
     def inspect_async(self, name: _Name) -> Awaitable[Optional[LockInfo]]: ...

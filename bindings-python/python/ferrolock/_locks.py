@@ -207,8 +207,8 @@ class AsyncLock:
         self._renew = renew
         self._fair = fair
         self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], _Owner]" = weakref.WeakKeyDictionary()
-        # Validates name and ttl now, before any I/O; the first task to acquire gets it.
-        self._spare: Optional[NativeLock] = native.lock(name, ttl, renew, fair)
+        # Validates name, ttl and wait now, before any I/O; the first task to acquire gets it.
+        self._spare: Optional[NativeLock] = native.lock(name, ttl, renew, fair, wait)
 
     @property
     def name(self) -> Name:
