@@ -174,7 +174,7 @@ impl NativeOwner {
 /// the hold of a thread that ended holding (or of a dropped `Lock`) would go on renewing until
 /// Python's cycle collector ran. As it is, the thread's end (or the `Lock`'s) drops the owner
 /// and with it every level nobody else refers to.
-#[pyclass(frozen, module = "ferrolock")]
+#[pyclass(frozen, weakref, module = "ferrolock")]
 pub struct Held {
     guard: NativeGuard,
     /// The owner whose stack has this level (`NativeOwner`), weakly.

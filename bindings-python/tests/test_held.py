@@ -160,3 +160,21 @@ def test_a_threads_dropped_hold_lives_until_the_thread_ends(redis: RedisServer, 
     gc.collect()
     assert _acquired_within(redis.url, name, RUNS_OUT), "an ended thread's hold is still renewed"
     client.close()
+
+
+def test_holds_can_be_weakly_referenced(redis: RedisServer, client: ferrolock.Client, name: str) -> None:
+    # (Neither Held nor AsyncHeld could: a registry of live holds, weakref.finalize, WeakSet.)
+    import asyncio
+    import weakref
+
+    with client.lock(name, ttl=5) as held:
+        ref = weakref.ref(held)
+        assert ref() is held
+
+    async def main() -> None:
+        aclient = await ferrolock.AsyncClient.connect(redis.url)
+        async with aclient.lock(name, ttl=5) as aheld:
+            assert weakref.ref(aheld)() is aheld
+        aclient.close()
+
+    asyncio.run(main())

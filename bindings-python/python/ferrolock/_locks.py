@@ -86,7 +86,7 @@ class Lock(NativeLockBase):
 class AsyncHeld:
     """One level of an asyncio hold, returned by ``AsyncLock.acquire`` and ``async with``."""
 
-    __slots__ = ("_guard", "_owner", "_name", "_task")
+    __slots__ = ("_guard", "_owner", "_name", "_task", "__weakref__")
 
     def __init__(self, owner: _Owner, guard: NativeGuard, name: Name, task: "asyncio.Task[Any]") -> None:
         self._guard = guard
