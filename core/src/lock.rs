@@ -54,6 +54,13 @@ pub(crate) struct LockInner {
     queue_turn: Arc<tokio::sync::Mutex<()>>,
 }
 
+impl LockInner {
+    /// The fence of the last hold whose full release is in doubt (0: none).
+    pub(crate) fn release_in_doubt(&self) -> u64 {
+        self.release_in_doubt.load(Ordering::Relaxed)
+    }
+}
+
 enum Attempt {
     Granted(Guard),
     Held {

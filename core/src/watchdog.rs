@@ -477,6 +477,7 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
     let now = Instant::now();
     let mut noscript = false;
     let mut refused = Vec::new();
+    let mut doubtful = Vec::new();
     {
         let mut entries = shared.entries();
         for (d, outcome) in due.iter().zip(outcomes) {
@@ -497,10 +498,22 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
                 }
                 Outcome::Renewed => {}
                 Outcome::Refused => {
-                    d.hold.mark_lost("the server no longer holds this owner's lock (renewal refused)");
                     d.hold.take_watchdog();
-                    if let Some(e) = entries.remove(&d.id) {
-                        refused.push((e.lock, d.hold.clone()));
+                    let lock = entries.remove(&d.id).map(|e| e.lock);
+                    // A hold renewed for a retry of its full release, which timed out after it
+                    // was sent (`register_for_retry`): that release most likely ran, and the
+                    // refusal is its doing. Decided by the fence counter below, not reported
+                    // lost here (a false LOST, and `on_lost` for a lock released as asked).
+                    let in_doubt = lock
+                        .as_ref()
+                        .and_then(Weak::upgrade)
+                        .filter(|l| l.release_in_doubt() == d.hold.fence);
+                    match (in_doubt, &backend) {
+                        (Some(inner), Backend::Single { .. }) => doubtful.push((inner, d.hold.clone())),
+                        _ => {
+                            d.hold.mark_lost(REFUSED);
+                            refused.extend(lock.map(|l| (l, d.hold.clone())));
+                        }
                     }
                 }
                 Outcome::Noscript => {
@@ -521,6 +534,21 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
         }
     }
     shared.landed.notify_waiters();
+    if let Backend::Single { conn, .. } = &backend {
+        for (inner, hold) in doubtful {
+            let mut conn = conn.clone();
+            tokio::spawn(async move {
+                // The fence counter still holds the hold's fence: nobody was granted the lock
+                // since, so the key is gone by that release (or by its lease running out with
+                // nobody after it): released. Otherwise, or when it cannot tell, lost.
+                if crate::lock::no_grant_since(&mut conn, &inner.keys.fence, hold.fence).await {
+                    hold.mark_released();
+                } else {
+                    hold.mark_lost(REFUSED);
+                }
+            });
+        }
+    }
     if let Backend::Quorum(q) = &backend {
         // The masters that still had these holds were just renewed: clear them, as `extend`
         // does, so that the lock is not kept from others for a lease nobody holds.
@@ -535,6 +563,8 @@ async fn renew(shared: Arc<Shared>, backend: Backend, opts: Arc<ClientOptions>, 
     }
     shared.wake.notify_one();
 }
+
+const REFUSED: &str = "the server no longer holds this owner's lock (renewal refused)";
 
 /// Runs `round` unless the client is closed. Its first poll, which hands its requests to the
 /// connection, happens under `sending` after a look at `closed`: a round either started before

@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -362,6 +362,62 @@ async fn a_release_retried_after_its_timed_out_tries_ran_succeeds() {
         } else {
             r.unwrap();
             assert_eq!(g.state(), LockState::Released);
+        }
+    }
+}
+
+// The same, retried only after the watchdog's next renewal of the hold (which it renews for a
+// retry, `register_for_retry`): that renewal finds the key gone by the release itself. It marked
+// the hold LOST and ran `on_lost`, and the retry then failed with LOST, for a lock released as
+// asked. The fence counter decides, as for a retry: nobody granted since, released.
+#[tokio::test]
+async fn a_release_retried_after_the_next_renewal_is_not_a_loss() {
+    let server = RedisServer::start();
+    let mut opts = ClientOptions::default();
+    opts.response_timeout = Duration::from_millis(300);
+    opts.watchdog_ttl = Duration::from_millis(1500);
+    let client = connect_with(&server, opts).await;
+    let other = connect(&server).await;
+    for granted_between in [false, true] {
+        let name = format!("retried-after-renewal-{granted_between}");
+        let lock = client.lock(&name, LockOptions::default()).unwrap();
+        let g = lock.acquire(None).await.unwrap();
+        let lost = Arc::new(AtomicUsize::new(0));
+        let seen = lost.clone();
+        g.on_lost(move |_| {
+            seen.fetch_add(1, Ordering::SeqCst);
+        });
+        server.pause();
+        let first = g.release().await.unwrap_err();
+        assert!(first.kind().is_transient(), "{first}");
+        server.resume();
+        let key = format!("ferrolock:{{{name}}}");
+        server.wait_for(Duration::from_secs(3), "the late release ran", |s| {
+            s.cmd::<i64>(&["EXISTS", &key]) == 0
+        });
+        if granted_between {
+            let o = other.lock(&name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+            o.acquire(None).await.unwrap().release().await.unwrap();
+        }
+        // Until the renewal a third of the lease after the failed release has decided the hold
+        // (released, or lost); the retry comes after it.
+        let t0 = Instant::now();
+        while !matches!(g.state(), LockState::Released | LockState::Lost)
+            && t0.elapsed() < Duration::from_secs(5)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let r = g.release().await;
+        if granted_between {
+            // Control: another owner was granted meanwhile; a loss, and said so.
+            assert_eq!(r.unwrap_err().kind(), ErrorKind::Lost);
+            assert_eq!(g.state(), LockState::Lost);
+            assert_eq!(lost.load(Ordering::SeqCst), 1);
+        } else {
+            r.unwrap();
+            assert_eq!(g.state(), LockState::Released);
+            tokio::time::sleep(Duration::from_millis(100)).await; // (callbacks run on the blocking pool)
+            assert_eq!(lost.load(Ordering::SeqCst), 0, "on_lost ran for a lock released as asked");
         }
     }
 }
