@@ -108,12 +108,18 @@ fn refused_and_timed_out_connections_show_no_password() {
     drop(dead);
     let u = url("redis", "127.0.0.1", "", SENTINEL, dead_port);
     assert_clean(&runs(&u, &["status", "scan"], 125), "CONNECTION");
-    // Accepts (the kernel completes the handshake) and never answers: the CLI has no timeout
-    // flag and its default timeouts make this run take ~8 s, so only the --redis form runs.
+    // Accepts (the kernel completes the handshake) and never answers. `status` gives up after
+    // one connection attempt (2 s) with its own message; an `exec` with a longer wait gets the
+    // core's TIMEOUT after its four attempts (~8 s), so only the --redis form runs that.
     let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
     let u = url("redis", "127.0.0.1", "", SENTINEL, silent.local_addr().expect("addr").port());
     let mut c = verbose(ferrolock(std::slice::from_ref(&u)));
     c.args(["status", "scan"]);
+    let out = output(&mut c);
+    assert_eq!(code(&out), Some(125), "{}", shown(&out));
+    assert_clean(&[out], "no answer within");
+    let mut c = verbose(ferrolock(std::slice::from_ref(&u)));
+    c.args(["exec", "--wait", "30s", "scan", "--", "true"]);
     let out = output(&mut c);
     assert_eq!(code(&out), Some(125), "{}", shown(&out));
     assert_clean(&[out], "TIMEOUT");
