@@ -694,13 +694,54 @@ pub(crate) fn closed_error() -> Error {
     Error::new(ErrorKind::Closed, CLOSED_WHY)
 }
 
-fn redact_with(secrets: &[String], mut s: String) -> String {
+/// What a message about a connection shows, with its secrets taken out.
+///
+/// First the server's own echo of a command's arguments is dropped whole: Redis answers a
+/// command it does not know with "unknown command 'HELLO', with args beginning with: '3' 'AUTH'
+/// <user> <password>", the arguments cut to 128 bytes and with CR and LF made spaces, so an
+/// exact match would miss a long password or one with a line break (a server without HELLO).
+///
+/// Then each secret, longest first (one may contain another), is replaced where it stands as a
+/// word of its own: not where it is only part of a longer run of letters and digits, since a
+/// short password would otherwise blank out, and so give away, letters of ordinary words
+/// ("Conn<redacted>ction"). An echo of a secret is quoted or delimited, and is still caught.
+fn redact_with(secrets: &[String], s: String) -> String {
+    const ECHO: &str = "with args beginning with";
+    let mut s = match s.find(ECHO) {
+        Some(i) => format!("{} (its arguments withheld)", s[..i].trim_end_matches([',', ' '])),
+        None => s,
+    };
+    let mut secrets: Vec<&str> = secrets.iter().map(String::as_str).filter(|x| !x.is_empty()).collect();
+    secrets.sort_by_key(|x| std::cmp::Reverse(x.len()));
     for secret in secrets {
-        if s.contains(secret.as_str()) {
-            s = s.replace(secret.as_str(), "<redacted>");
-        }
+        s = replace_words(&s, secret, "<redacted>");
     }
     s
+}
+
+/// `s` with every occurrence of `word` that is not glued to letters or digits on a side where
+/// `word` itself begins or ends with one replaced by `with`.
+fn replace_words(s: &str, word: &str, with: &str) -> String {
+    let alnum = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let (starts, ends) = (alnum(word.chars().next()), alnum(word.chars().next_back()));
+    let mut out = String::with_capacity(s.len());
+    let mut rest = 0;
+    let mut from = 0;
+    while let Some(i) = s[from..].find(word).map(|i| from + i) {
+        let j = i + word.len();
+        let glued = (starts && alnum(s[..i].chars().next_back())) || (ends && alnum(s[j..].chars().next()));
+        if glued {
+            // Not a word of its own here: look again from the next character.
+            from = i + s[i..].chars().next().map_or(1, char::len_utf8);
+            continue;
+        }
+        out.push_str(&s[rest..i]);
+        out.push_str(with);
+        rest = j;
+        from = j;
+    }
+    out.push_str(&s[rest..]);
+    out
 }
 
 /// The plain-text and the TLS scheme of one kind of URL: what a TLS/plain-text mix-up hint
@@ -966,5 +1007,41 @@ pub(crate) fn parse_num<T: TryFrom<i64> + std::str::FromStr>(items: &[Value], i:
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| protocol("expected a decimal integer")),
         _ => Err(protocol("expected a number")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_with;
+
+    fn redact(secrets: &[&str], s: &str) -> String {
+        redact_with(&secrets.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>(), s.to_owned())
+    }
+
+    #[test]
+    fn a_servers_echo_of_arguments_is_withheld() {
+        // A server without HELLO quotes its arguments, cut short and with CR/LF made spaces: an
+        // exact match missed such a password (a security review's finding).
+        let echo =
+            "ResponseError: unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'me' 'line1 line2'";
+        let out = redact(&["line1\nline2"], echo);
+        assert_eq!(out, "ResponseError: unknown command 'HELLO' (its arguments withheld)");
+        assert!(!out.contains("line1") && !out.contains("'me'"), "{out}");
+    }
+
+    #[test]
+    fn secrets_are_replaced_as_words_longest_first() {
+        // A quoted or delimited echo is caught.
+        assert_eq!(redact(&["hunter2"], "WRONGPASS for 'hunter2'"), "WRONGPASS for '<redacted>'");
+        assert_eq!(redact(&["p@ss word"], "auth p@ss word failed"), "auth <redacted> failed");
+        // A short password inside ordinary words is left alone: blanking it out garbled the
+        // message and gave the password away ("Conn<redacted>ction r<redacted>fus<redacted>d").
+        assert_eq!(redact(&["e"], "Connection refused"), "Connection refused");
+        assert_eq!(redact(&["111"], "os error 1111"), "os error 1111");
+        // One secret inside another: the longer goes first, leaving nothing of it.
+        assert_eq!(redact(&["pw", "pw-sentinel"], "bad pw-sentinel"), "bad <redacted>");
+        // Non-ASCII around and inside.
+        assert_eq!(redact(&["пароль"], "«пароль» x"), "«<redacted>» x");
+        assert_eq!(redact(&[""], "empty secrets are ignored"), "empty secrets are ignored");
     }
 }

@@ -1257,6 +1257,17 @@ async fn bad_input_is_rejected_before_io() {
     let e = ferrolock::Client::connect(&old.url(), ClientOptions::default()).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Script, "{e}");
     assert!(e.message().contains("Redis 6 or newer"), "{e}");
+    // Such a server quotes HELLO's arguments, the password among them, cut to 128 bytes and
+    // with line breaks made spaces: none of it may show (an exact-match redaction missed both).
+    let long = "S3cr3tTail".repeat(15);
+    for (pw, parts) in [("line1%0Aline2", vec!["line1", "line2"]), (long.as_str(), vec!["S3cr3t"])] {
+        let url = format!("redis://me:{pw}@127.0.0.1:{}", old.port());
+        let e = ferrolock::Client::connect(&url, ClientOptions::default()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Script, "{e}");
+        for part in parts {
+            assert!(!format!("{e} {e:?}").contains(part), "{part} shown: {e}");
+        }
+    }
 }
 
 // 10. The blocking facade from a plain thread and from inside a tokio runtime.
