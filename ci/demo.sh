@@ -3,6 +3,16 @@
 # lock. Each ci/demo.d/<lang>.sh prepares its worker and prints its command (examples/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for a in "$@"; do
+  case "$a" in
+    -h | --help)
+      echo "usage: bash ci/demo.sh [--iterations N] [--per-worker-kind K]"
+      echo "  builds every language's worker (examples/README.md), then runs target/release/demo:"
+      echo "  --iterations N       critical sections per worker (default 100)"
+      echo "  --per-worker-kind K  workers per language (default 2)"
+      exit 0 ;;
+  esac
+done
 bash ci/setup.sh
 echo "building the Rust demo (release; a first build takes several minutes)..." >&2
 cargo build --release -p ferrolock-examples

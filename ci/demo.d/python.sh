@@ -6,7 +6,14 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 MATURIN_VERSION=1.16.0
 command -v python3 >/dev/null 2>&1 || { echo "demo.d/python: python3 is required" >&2; exit 1; }
-[ -x .venv/bin/python ] || python3 -m venv .venv >&2
+# A .venv left half-made (Debian without python3-venv: no pip in it) is made again, once.
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  rm -rf .venv
+  python3 -m venv .venv >&2 && .venv/bin/python -m pip --version >/dev/null 2>&1 || {
+    echo "demo.d/python: cannot make a virtualenv with pip (on Debian: apt-get install python3-venv)" >&2
+    exit 1
+  }
+fi
 if [ "$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('maturin'))" 2>/dev/null)" != "$MATURIN_VERSION" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check "maturin==$MATURIN_VERSION" >&2
 fi

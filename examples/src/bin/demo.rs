@@ -48,8 +48,8 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 
 /// Block SIGINT and SIGTERM in this thread (and so in every thread started after it: call first),
 /// and take them on a thread of their own: it sets `stop` and ends the workers' process groups, so
-/// that `main` returns from its waits and cleans up. Children start with an empty signal mask
-/// (std resets it before exec).
+/// that `main` returns from its waits and cleans up. Children would inherit that mask (std does
+/// not reset it): each worker unblocks them before its exec (see `main`).
 fn on_interrupt(workers: Arc<Mutex<Vec<i32>>>, stop: Arc<AtomicBool>) {
     // SAFETY: plain libc calls on a local, initialised signal set.
     unsafe {
@@ -71,6 +71,12 @@ fn on_interrupt(workers: Arc<Mutex<Vec<i32>>>, stop: Arc<AtomicBool>) {
     }
 }
 
+const USAGE: &str = "usage: demo [--iterations N] [--per-worker-kind K] [--worker CMD]...
+  --iterations N       critical sections per worker (default 100)
+  --per-worker-kind K  workers per language (default 2)
+  --worker CMD         another kind of worker: a command run as `sh -c 'exec CMD ARGS'`
+                       (examples/README.md has the protocol; ci/demo.sh adds every language's)";
+
 fn main() {
     let workers: Arc<Mutex<Vec<i32>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -79,13 +85,33 @@ fn main() {
     let mut per_kind = 2usize;
     let mut kinds: Vec<String> = Vec::new();
     let mut args = std::env::args().skip(1);
+    // A count of at least 1 (an empty run would pass every check), else a usage error.
+    fn count<T: std::str::FromStr + PartialOrd + From<u8>>(flag: &str, v: Option<String>) -> T {
+        match v.as_deref().map(str::parse::<T>) {
+            Some(Ok(n)) if n >= T::from(1) => n,
+            _ => {
+                eprintln!("demo: {flag} takes a whole number of at least 1\n{USAGE}");
+                std::process::exit(2)
+            }
+        }
+    }
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--iterations" => iterations = args.next().and_then(|v| v.parse().ok()).unwrap_or(iterations),
-            "--per-worker-kind" => per_kind = args.next().and_then(|v| v.parse().ok()).unwrap_or(per_kind),
-            "--worker" => kinds.extend(args.next()),
+            "--iterations" => iterations = count("--iterations", args.next()),
+            "--per-worker-kind" => per_kind = count("--per-worker-kind", args.next()),
+            "--worker" => match args.next() {
+                Some(cmd) => kinds.push(cmd),
+                None => {
+                    eprintln!("demo: --worker takes a command\n{USAGE}");
+                    std::process::exit(2);
+                }
+            },
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return;
+            }
             other => {
-                eprintln!("demo: unknown argument {other}");
+                eprintln!("demo: unknown argument {other}\n{USAGE}");
                 std::process::exit(2);
             }
         }
@@ -118,20 +144,35 @@ fn main() {
     for (k, cmd) in kinds.iter().enumerate() {
         for w in 0..per_kind {
             let id = format!("w{k}.{w}");
+            // `exec`: the worker replaces the shell (dash forks a child for `sh -c CMD`), so the
+            // process waited for, signalled and given the death signal below is the worker.
             let full = format!(
-                "{cmd} --redis {} --resource {} --name {name} --iterations {iterations} --id {id}",
+                "exec {cmd} --redis {} --resource {} --name {name} --iterations {iterations} --id {id}",
                 server.url(),
                 resource.addr
             );
             let mut command = Command::new("sh");
             command.args(["-c", &full]).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
-            // SAFETY: prctl only, between fork and exec. The setting survives the exec of the
-            // worker (sh -c execs its one command): the worker dies with the demo, whatever
-            // ends the demo.
-            #[cfg(target_os = "linux")]
+            // Between fork and exec: unblock every signal (the worker inherited this process's
+            // mask, SIGINT and SIGTERM blocked for the signal thread: it would ignore the SIGTERM
+            // that stops it, and its death signal), and on Linux have it sent SIGTERM when the
+            // demo dies. Both survive the exec of the shell and its `exec` of the worker: the
+            // worker dies with the demo, whatever ends the demo.
+            // SAFETY: only async-signal-safe calls (sigemptyset, sigprocmask, prctl, getppid,
+            // kill, getpid).
+            let parent = std::process::id() as libc::pid_t;
             unsafe {
-                command.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                command.pre_exec(move || {
+                    let mut none: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut none);
+                    libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+                    #[cfg(target_os = "linux")]
+                    {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                        if libc::getppid() != parent {
+                            libc::kill(libc::getpid(), libc::SIGTERM); // the demo died before prctl
+                        }
+                    }
                     Ok(())
                 });
             }
@@ -182,7 +223,8 @@ fn main() {
 
     let overlaps = records.windows(2).filter(|w| w[1].acquired_ns < w[0].released_ns).count();
     let fence_inversions = records.windows(2).filter(|w| w[1].fence <= w[0].fence).count();
-    let rejected = records.iter().filter(|r| r.rejected).count();
+    // What the workers said, and what the resource did (a worker could misreport).
+    let rejected_said = records.iter().filter(|r| r.rejected).count();
     let mut gaps: Vec<u64> =
         records.windows(2).map(|w| w[1].acquired_ns.saturating_sub(w[0].released_ns) / 1000).collect();
     gaps.sort_unstable();
@@ -201,7 +243,7 @@ fn main() {
     println!("acquisitions          {}", records.len());
     println!("overlaps              {overlaps}");
     println!("fences increasing     {}", if fence_inversions == 0 { "yes" } else { "NO" });
-    println!("rejected by resource  {rejected}");
+    println!("rejected by resource  {} (reads and writes; workers reported {rejected_said})", state.2);
     println!("counter               {} (expected {})", state.0, records.len());
     println!(
         "handoff gap p50/p99/max {} µs / {} µs / {} µs",
@@ -219,8 +261,16 @@ fn main() {
         ok = false;
     }
     let expected = kinds.len() as u64 * per_kind as u64 * iterations;
-    if overlaps > 0 || fence_inversions > 0 || rejected > 0 || state.0 != records.len() as i64 {
-        ok = false;
+    for (bad, what) in [
+        (overlaps > 0, "two critical sections overlapped"),
+        (fence_inversions > 0, "fences were not strictly increasing in grant order"),
+        (state.2 > 0 || rejected_said > 0, "the resource rejected a stale fence"),
+        (state.0 != records.len() as i64, "the counter does not match the acquisitions"),
+    ] {
+        if bad {
+            eprintln!("demo: {what}");
+            ok = false;
+        }
     }
     if records.len() as u64 != expected {
         eprintln!("demo: {} acquisitions recorded, expected {expected}", records.len());
@@ -228,7 +278,7 @@ fn main() {
     }
     drop(server);
     if !ok {
-        eprintln!("demo: FAILED");
+        println!("demo: FAILED (the reasons are on stderr)");
         std::process::exit(1);
     }
     println!("demo: OK");
