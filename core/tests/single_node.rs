@@ -343,19 +343,7 @@ async fn a_release_retried_after_its_timed_out_tries_ran_succeeds() {
         let name = format!("retried-release-{granted_between}-{:?}", opts.renew);
         let lock = client.lock(&name, opts).unwrap();
         let g = lock.acquire(None).await.unwrap();
-        server.pause();
-        let first = g.release().await.unwrap_err();
-        assert!(first.kind().is_transient(), "{first}");
-        server.resume();
-        // The stopped tries run now: the first deletes the hold.
-        let key = format!("ferrolock:{{{name}}}");
-        server.wait_for(Duration::from_secs(3), "the late release ran", |s| {
-            s.cmd::<i64>(&["EXISTS", &key]) == 0
-        });
-        if granted_between {
-            let o = other.lock(&name, LockOptions::lease(Duration::from_secs(5))).unwrap();
-            o.acquire(None).await.unwrap().release().await.unwrap();
-        }
+        release_runs_after_it_timed_out(&server, &g, &other, &name, granted_between).await;
         let r = g.release().await;
         if granted_between {
             assert_eq!(r.unwrap_err().kind(), ErrorKind::Lost);
@@ -363,6 +351,28 @@ async fn a_release_retried_after_its_timed_out_tries_ran_succeeds() {
             r.unwrap();
             assert_eq!(g.state(), LockState::Released);
         }
+    }
+}
+
+/// `g`'s release times out on a stopped server and runs once it resumes (the key is gone then);
+/// with `granted_between`, `other` is granted the lock and releases it after that.
+async fn release_runs_after_it_timed_out(
+    server: &RedisServer,
+    g: &ferrolock::Guard,
+    other: &Client,
+    name: &str,
+    granted_between: bool,
+) {
+    server.pause();
+    let first = g.release().await.unwrap_err();
+    assert!(first.kind().is_transient(), "{first}");
+    server.resume();
+    // The stopped tries run now: the first deletes the hold.
+    let key = format!("ferrolock:{{{name}}}");
+    server.wait_for(Duration::from_secs(3), "the late release ran", |s| s.cmd::<i64>(&["EXISTS", &key]) == 0);
+    if granted_between {
+        let o = other.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+        o.acquire(None).await.unwrap().release().await.unwrap();
     }
 }
 
@@ -387,18 +397,7 @@ async fn a_release_retried_after_the_next_renewal_is_not_a_loss() {
         g.on_lost(move |_| {
             seen.fetch_add(1, Ordering::SeqCst);
         });
-        server.pause();
-        let first = g.release().await.unwrap_err();
-        assert!(first.kind().is_transient(), "{first}");
-        server.resume();
-        let key = format!("ferrolock:{{{name}}}");
-        server.wait_for(Duration::from_secs(3), "the late release ran", |s| {
-            s.cmd::<i64>(&["EXISTS", &key]) == 0
-        });
-        if granted_between {
-            let o = other.lock(&name, LockOptions::lease(Duration::from_secs(5))).unwrap();
-            o.acquire(None).await.unwrap().release().await.unwrap();
-        }
+        release_runs_after_it_timed_out(&server, &g, &other, &name, granted_between).await;
         // Until the renewal a third of the lease after the failed release has decided the hold
         // (released, or lost); the retry comes after it.
         let t0 = Instant::now();
