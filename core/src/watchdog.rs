@@ -26,11 +26,10 @@ use crate::timing;
 
 struct Entry {
     hold: Weak<Hold>,
-    /// Its lock handle: a Redlock hold that a majority refused to renew is cleared through it
-    /// from the masters that still have it.
+    /// Its lock handle: the key and token a renewal sends, and, for a Redlock hold that a
+    /// majority refused to renew, how it is cleared from the masters that still have it. (A live
+    /// hold has a live handle: its guards and the handle's `current` keep both.)
     lock: Weak<LockInner>,
-    key: Arc<[u8]>,
-    token: Arc<str>,
     next_due: Instant,
     in_flight: bool,
     /// No renewal is sent from this instant on (a hold whose release failed: see
@@ -163,7 +162,6 @@ impl Watchdog {
     }
 
     fn insert(&self, hold: &Arc<Hold>, lock: &Lock, renew_until: Option<Instant>) {
-        let (key, token) = (lock.inner.hold_key.clone(), lock.inner.token.clone());
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let next_due = now + hold.ttl() / 3;
@@ -176,8 +174,6 @@ impl Watchdog {
         let entry = Entry {
             hold: hold_ref,
             lock: Arc::downgrade(&lock.inner),
-            key,
-            token,
             next_due,
             in_flight: false,
             renew_until,
@@ -434,11 +430,14 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
     let mut due = Vec::with_capacity(soon.len());
     let mut flying = shared.flying();
     for (id, hold) in soon {
-        if let Some(e) = entries.get_mut(&id) {
+        if let Some(e) = entries.get_mut(&id)
+            && let Some(lock) = e.lock.upgrade()
+        {
             e.in_flight = true;
             let (ttl, lease_gen) = hold.lease();
             flying.insert(id, ttl);
-            due.push(Due { id, hold, key: e.key.clone(), token: e.token.clone(), ttl, lease_gen });
+            let (key, token) = (lock.hold_key.clone(), lock.token.clone());
+            due.push(Due { id, hold, key, token, ttl, lease_gen });
         }
     }
     drop(flying);
