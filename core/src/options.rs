@@ -160,7 +160,28 @@ impl TlsOptions {
                 return bad(&format!("tls: {what} is not PEM (no -----BEGIN line)"));
             }
         }
+        if let (Some(cert), Some(key)) = (&self.client_cert_pem, &self.client_key_pem) {
+            client_key_matches(cert, key)?;
+        }
         Ok(())
+    }
+}
+
+/// A client key that parses but belongs to another certificate would otherwise fail only at
+/// connect time, as the driver's `InvalidClientConfig`; the same mistake as an unreadable key, so
+/// the same `Tls` error here, before any I/O. A pair that does not parse is left to the driver,
+/// whose message names what it could not read.
+fn client_key_matches(cert: &[u8], key: &[u8]) -> Result<()> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    let chain = CertificateDer::pem_slice_iter(cert).collect::<std::result::Result<Vec<_>, _>>();
+    let (Ok(chain), Ok(key)) = (chain, PrivateKeyDer::from_pem_slice(key)) else { return Ok(()) };
+    let Ok(signer) = rustls::crypto::ring::sign::any_supported_type(&key) else { return Ok(()) };
+    match rustls::sign::CertifiedKey::new(chain, signer).keys_match() {
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => Err(Error::new(
+            ErrorKind::Tls,
+            "unusable TLS certificates or key: the client key does not belong to the client certificate",
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -140,4 +140,13 @@ async fn bad_tls_settings_are_refused_before_any_io() {
     assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
     let e = TlsOptions::default().with_root_ca_file("/nonexistent/ca.crt").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    // A well-formed key of another certificate: the same TLS error as an unreadable key, before
+    // any I/O (port 1 would answer Connection). Control: the matching pair gets as far as I/O.
+    let mixed = trusting(&certs.ca_crt).with_client_cert_files(&certs.client_crt, &certs.server_key).unwrap();
+    let e = Client::connect("rediss://localhost:1", opts(mixed)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    assert!(e.to_string().contains("does not belong to the client certificate"), "{e}");
+    let pair = trusting(&certs.ca_crt).with_client_cert_files(&certs.client_crt, &certs.client_key).unwrap();
+    let e = Client::connect("rediss://localhost:1", opts(pair)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
 }
