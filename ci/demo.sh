@@ -6,10 +6,12 @@ cd "$(dirname "$0")/.."
 for a in "$@"; do
   case "$a" in
     -h | --help)
-      echo "usage: bash ci/demo.sh [--iterations N] [--per-worker-kind K]"
+      echo "usage: bash ci/demo.sh [--iterations N] [--per-worker-kind K] [--timeout S]"
       echo "  builds every language's worker (examples/README.md), then runs target/release/demo:"
       echo "  --iterations N       critical sections per worker (default 100)"
       echo "  --per-worker-kind K  workers per language (default 2)"
+      echo "  --timeout S          seconds before workers still running are stopped and the demo"
+      echo "                       fails (default 60 plus 50 ms per critical section)"
       exit 0 ;;
   esac
 done

@@ -26,8 +26,13 @@ fn resource_rejects_stale_tokens() {
 
 /// The demo with the Rust workers and one more kind, `cmd` (one worker, 2 iterations each).
 fn demo_with(cmd: &str) -> (i32, String, String) {
+    demo_with_args(cmd, &[])
+}
+
+fn demo_with_args(cmd: &str, extra: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_demo"))
         .args(["--iterations", "2", "--per-worker-kind", "1", "--worker", cmd])
+        .args(extra)
         .output()
         .unwrap();
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
@@ -74,6 +79,29 @@ for _ in range(2):
     assert_eq!(code, 1, "{stdout}\n{stderr}");
     assert!(stderr.contains("the resource rejected a stale fence"), "{stderr}");
     assert!(stdout.contains("workers reported 0"), "{stdout}");
+}
+
+#[test]
+fn a_hung_worker_fails_the_demo_at_its_timeout() {
+    // A worker that never finishes (and ignores SIGTERM) is stopped at the deadline and named;
+    // the Rust worker beside it finishes. Without the deadline the demo waited for it forever.
+    let marker = format!("ferrolock-demo-hung-{}", std::process::id());
+    let hung = format!(
+        "python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)  # {marker}'"
+    );
+    let start = std::time::Instant::now();
+    let (code, stdout, stderr) = demo_with_args(&hung, &["--timeout", "3"]);
+    let took = start.elapsed();
+    let left = processes_with(&marker);
+    for &pid in &left {
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
+    assert!(left.is_empty(), "hung worker left running: {left:?}");
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(stderr.contains("w1.0 (python3") && stderr.contains("did not finish within 3 s"), "{stderr}");
+    assert!(!stderr.contains("w0.0"), "the Rust worker finished: {stderr}");
+    assert!(took < std::time::Duration::from_secs(60), "took {took:?}");
+    assert!(stdout.contains("demo: FAILED"), "{stdout}");
 }
 
 /// Pids of the processes whose command line mentions `text`.

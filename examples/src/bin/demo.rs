@@ -2,8 +2,9 @@
 //! language contending on one lock. Prints acquisitions per worker, overlaps, fence order,
 //! rejected writes and the handoff gap. Exits non-zero if any safety check fails.
 //!
-//! `demo [--iterations N] [--per-worker-kind K] [--worker "CMD"]...` — Rust workers are built in;
-//! each `--worker` adds K workers running `CMD` (see examples/README.md for the protocol).
+//! `demo [--iterations N] [--per-worker-kind K] [--timeout S] [--worker "CMD"]...` — Rust workers
+//! are built in; each `--worker` adds K workers running `CMD` (see examples/README.md for the
+//! protocol). Workers still running after the timeout are stopped and the demo fails.
 //!
 //! Ctrl-C or SIGTERM stops every worker (each runs in a process group of its own, and dies with
 //! the demo even if the demo is killed outright) and removes the throwaway server's directory.
@@ -13,6 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
 
 use ferrolock_examples::Resource;
 use ferrolock_testkit::RedisServer;
@@ -71,9 +73,11 @@ fn on_interrupt(workers: Arc<Mutex<Vec<i32>>>, stop: Arc<AtomicBool>) {
     }
 }
 
-const USAGE: &str = "usage: demo [--iterations N] [--per-worker-kind K] [--worker CMD]...
+const USAGE: &str = "usage: demo [--iterations N] [--per-worker-kind K] [--timeout S] [--worker CMD]...
   --iterations N       critical sections per worker (default 100)
   --per-worker-kind K  workers per language (default 2)
+  --timeout S          seconds the workers may run before they are stopped and the demo fails
+                       (default 60 plus 50 ms per critical section of all workers)
   --worker CMD         another kind of worker: a command run as `sh -c 'exec CMD ARGS'`
                        (examples/README.md has the protocol; ci/demo.sh adds every language's)";
 
@@ -84,6 +88,7 @@ fn main() {
     let mut iterations = 100u64;
     let mut per_kind = 2usize;
     let mut kinds: Vec<String> = Vec::new();
+    let mut timeout: Option<u64> = None;
     let mut args = std::env::args().skip(1);
     // A count of at least 1 (an empty run would pass every check), else a usage error.
     fn count<T: std::str::FromStr + PartialOrd + From<u8>>(flag: &str, v: Option<String>) -> T {
@@ -99,6 +104,7 @@ fn main() {
         match a.as_str() {
             "--iterations" => iterations = count("--iterations", args.next()),
             "--per-worker-kind" => per_kind = count("--per-worker-kind", args.next()),
+            "--timeout" => timeout = Some(count("--timeout", args.next())),
             "--worker" => match args.next() {
                 Some(cmd) => kinds.push(cmd),
                 None => {
@@ -198,13 +204,43 @@ fn main() {
         }
     }
     drop(tx);
+    // A worker that hangs (a lock never granted, a resource call that never returns) must not hang
+    // the demo: past the deadline every worker still running is stopped and named.
+    let sections = (kinds.len() as u64).saturating_mul(per_kind as u64).saturating_mul(iterations);
+    let limit = match timeout {
+        Some(s) => Duration::from_secs(s),
+        None => Duration::from_secs(60).saturating_add(Duration::from_millis(sections.saturating_mul(50))),
+    };
+    let deadline = Instant::now() + limit;
     let mut failed = Vec::new();
-    for (id, cmd, mut child) in children {
-        match child.wait() {
-            Ok(s) if s.success() => {}
-            Ok(s) => failed.push(format!("{id} ({cmd}) exited with {s}")),
-            Err(e) => failed.push(format!("{id} ({cmd}): {e}")),
+    let mut running = children;
+    let mut overdue = false;
+    while !running.is_empty() {
+        running.retain_mut(|(id, cmd, child)| match child.try_wait() {
+            Ok(None) => true,
+            Ok(Some(s)) if s.success() => false,
+            Ok(Some(s)) if overdue => {
+                failed
+                    .push(format!("{id} ({cmd}) did not finish within {} s (stopped: {s})", limit.as_secs()));
+                false
+            }
+            Ok(Some(s)) => {
+                failed.push(format!("{id} ({cmd}) exited with {s}"));
+                false
+            }
+            Err(e) => {
+                failed.push(format!("{id} ({cmd}): {e}"));
+                false
+            }
+        });
+        if !overdue && Instant::now() >= deadline && !running.is_empty() {
+            overdue = true;
+            for (_, _, child) in &running {
+                // SAFETY: a plain kill(2) of the worker's own process group.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            }
         }
+        std::thread::sleep(Duration::from_millis(20));
     }
     if stop.load(Ordering::SeqCst) {
         drop(server); // stops redis-server and removes its directory
@@ -260,7 +296,7 @@ fn main() {
         eprintln!("demo: {garbage} unparseable worker output lines");
         ok = false;
     }
-    let expected = kinds.len() as u64 * per_kind as u64 * iterations;
+    let expected = sections;
     for (bad, what) in [
         (overlaps > 0, "two critical sections overlapped"),
         (fence_inversions > 0, "fences were not strictly increasing in grant order"),
