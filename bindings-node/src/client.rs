@@ -80,7 +80,7 @@ impl std::fmt::Debug for Client {
     }
 }
 
-fn closed() -> Error {
+pub(crate) fn closed() -> Error {
     Error::new(ErrorKind::Closed, "the client was closed")
 }
 

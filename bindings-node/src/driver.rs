@@ -415,7 +415,14 @@ impl<T: ToNapiValue + Undelivered + Send + 'static> Settle<T> {
         let mut delivery = Delivery(Some(reply));
         let done: Completion = Box::new(move |env| {
             let d = d;
-            let Some(reply) = delivery.0.take() else { return };
+            let reply = match delivery.0.take() {
+                None => return,
+                Some(Reply(Ok(v))) if v.outlived() => {
+                    v.undelivered();
+                    Reply::err(crate::client::closed())
+                }
+                Some(reply) => reply,
+            };
             // SAFETY: on the JS thread with a live env (see settle_on_js_thread).
             unsafe {
                 match Reply::to_napi_value(env, reply) {

@@ -29,6 +29,10 @@ impl crate::reply::Undelivered for Held {
     fn undelivered(self) {
         self.guard.release_detached();
     }
+
+    fn outlived(&self) -> bool {
+        self.guard.lock().is_closed()
+    }
 }
 
 /// The error handed to a loss callback, built on the JS thread.

@@ -16,6 +16,14 @@ pub struct Reply<T>(pub ferrolock::Result<T>);
 /// of staying taken for a lease by a hold nobody can see. Nothing else needs undoing.
 pub trait Undelivered: Sized {
     fn undelivered(self) {}
+
+    /// Whether the reply is no longer wanted when it reaches the JS thread: a grant whose client
+    /// was closed in between (the close and the promise's settling can fall in one turn). It is
+    /// then handed to `undelivered` and the promise rejects with CLOSED, as the core's acquire
+    /// does for a grant that returns after the close.
+    fn outlived(&self) -> bool {
+        false
+    }
 }
 
 impl Undelivered for () {}
@@ -26,6 +34,10 @@ impl<T: Undelivered> Undelivered for Option<T> {
         if let Some(v) = self {
             v.undelivered();
         }
+    }
+
+    fn outlived(&self) -> bool {
+        self.as_ref().is_some_and(T::outlived)
     }
 }
 

@@ -125,6 +125,34 @@ for (const close of [true, false]) {
   });
 }
 
+for (const how of ['acquire', 'tryAcquire', 'acquire with a signal']) {
+  test(`${how}: granted, then close() before the promise settles: CLOSED, the grant released`, async () => {
+    // A shutdown handler that closes while requests are acquiring: the grant is made on the
+    // runtime while JS is busy, and close() comes in the same turn, before the promise settles.
+    // It resolved with a Held already lost, and the lock stayed taken for its whole lease.
+    const name = fresh('settle');
+    const client = await Client.connect(server.url);
+    try {
+      await client.inspect(name); // warm: the scripts loaded, the connection up
+      const lock = client.lock(name, { ttl: 30000 });
+      const p = how === 'tryAcquire' ? lock.tryAcquire()
+        : lock.acquire(how === 'acquire' ? undefined : { signal: new AbortController().signal });
+      const settled = p.then((h) => `resolved ${h?.state}`, (e) => e.code);
+      const end = performance.now() + 50;
+      while (performance.now() < end); // busy: the runtime grants meanwhile (driver.rs)
+      client.close();
+      assert.equal(await settled, 'CLOSED');
+      let exists;
+      for (let i = 0; i < 100 && (exists = await server.cli('EXISTS', `ferrolock:{${name}}`)) !== '0'; i++) {
+        await sleep(20);
+      }
+      assert.equal(exists, '0', 'the grant nobody received stayed taken');
+    } finally {
+      client.close();
+    }
+  });
+}
+
 test('calls after close fail with CLOSED; double close; close from onLost', async () => {
   const name = fresh('after');
   const client = await Client.connect(server.url);

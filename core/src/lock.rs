@@ -135,6 +135,14 @@ impl Lock {
         self.inner.ttl
     }
 
+    /// Whether the client this lock was made from is closed ([`Client::close`]). A binding that
+    /// hands a grant over later (on another thread, a later turn of an event loop) asks this
+    /// when it does: a grant whose client was closed meanwhile is released, never delivered, as
+    /// [`Lock::acquire`] does with one that returns after the close.
+    pub fn is_closed(&self) -> bool {
+        self.inner.client.is_closed()
+    }
+
     /// Acquire, waiting at most `wait` (`None`: without bound). Fails with
     /// [`ErrorKind::AcquireTimeout`] when the wait elapses.
     ///
