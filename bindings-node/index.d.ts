@@ -34,7 +34,10 @@ export interface Lock {
 }
 
 export interface Held {
-  /** Aborted (with a `LOST` error as its reason) when the hold is lost; never after a release. */
+  /**
+   * Aborted (with a `LOST` error as its reason) when the hold is lost; never after a release.
+   * Keeping the signal keeps this `Held` (and so its renewal) from being collected.
+   */
   readonly signal: AbortSignal
   /** Call `callback` once with a `LOST` error if the hold is lost (at once if it already is). */
   onLost(callback: (err: FerrolockError) => void): void

@@ -256,7 +256,10 @@ Lock.prototype.acquire = async function acquire(options) {
 
 // Per-Held loss state, created on first use of `signal` or `onLost` (one native hook per hold
 // level; untouched Helds cost nothing). Only JS references keep a state alive: its Held (through
-// `losses`) and its signal (through `bySignal`, so a signal kept on its own still aborts).
+// `losses`) and its signal (through `bySignal`). The state keeps its Held in turn, so a signal
+// kept on its own keeps the hold, renewed, and aborts if it is lost: a "leader until the signal
+// aborts" that kept only `held.signal` lost the lock at the next collection, and the signal never
+// told it (the native hook dies with the Held's guard).
 const losses = new WeakMap();
 const bySignal = new WeakMap();
 
@@ -294,7 +297,7 @@ function nativeHook(state) {
 function loss(held) {
   let s = losses.get(held);
   if (s === undefined) {
-    s = { controller: new AbortController(), callbacks: [], error: null };
+    s = { controller: new AbortController(), callbacks: [], error: null, held };
     losses.set(held, s);
     bySignal.set(s.controller.signal, s);
     if (held.state === 'lost') {

@@ -78,6 +78,23 @@ function gcChild(mode, name) {
         await sleep(200);
         await collect();
         Object.assign(out, fired, { fenceOk: fired.fence === held.fence, reason: held.signal.reason?.code });
+      } else if (mode === 'signal') {
+        // A leader that keeps only the hold's signal ("lead until it aborts"): the signal keeps
+        // the hold, renewed; once the signal goes too, the hold is collected and runs out.
+        let signal = await (async () => (await c.lock(name, { ttl: 600, renew: true }).acquire()).signal)();
+        await collect();
+        await sleep(1500); // 2.5 leases
+        const taken = await other.lock(name, { ttl: 5000 }).tryAcquire();
+        out.takenWhileSignalKept = taken !== null;
+        out.abortedWhileKept = signal.aborted;
+        await taken?.release();
+        signal = null;
+        await collect();
+        const t0 = Date.now();
+        const h2 = await other.lock(name, { ttl: 5000 }).acquire({ wait: 3000 }).catch((e) => e.code);
+        out.acquiredAfterDrop = typeof h2 === 'object';
+        out.ms = Date.now() - t0;
+        if (typeof h2 === 'object') await h2.release();
       } else {
         // The Held lives only in this inner scope (and, in 'cycle', in its own callbacks).
         await (async () => {
@@ -131,4 +148,15 @@ test('a kept Held keeps its onLost callback and signal through collections; both
   assert.equal(out.fenceOk, true);
   assert.equal(out.state, 'lost');
   assert.equal(out.reason, 'LOST');
+});
+
+test('a signal kept on its own keeps its hold renewed; dropped too, the hold runs out', async () => {
+  // The split brain this guards against: the Held was collected under a kept signal, its lease
+  // ran out, another client took the lock, and the signal never aborted.
+  const { stdout } = await gcChild('signal', 'gc-signal');
+  const out = JSON.parse(stdout);
+  assert.equal(out.takenWhileSignalKept, false, `another client got the lock under a kept signal (aborted: ${out.abortedWhileKept})`);
+  assert.equal(out.abortedWhileKept, false);
+  assert.equal(out.acquiredAfterDrop, true, 'still renewed after the signal was dropped too');
+  assert.ok(out.ms < 3000);
 });
