@@ -17,5 +17,10 @@ fi
 if [ "$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('maturin'))" 2>/dev/null)" != "$MATURIN_VERSION" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check "maturin==$MATURIN_VERSION" >&2
 fi
-(cd bindings-python && VIRTUAL_ENV=$root/.venv PATH=$root/.venv/bin:$PATH maturin develop -q --release >&2)
+# maturin prints its progress lines even with -q: shown only when the build fails.
+log=$(cd bindings-python && VIRTUAL_ENV=$root/.venv PATH=$root/.venv/bin:$PATH maturin develop -q --release 2>&1) || {
+  printf '%s\n' "$log" >&2
+  echo "demo.d/python: maturin develop failed (above)" >&2
+  exit 1
+}
 echo "$root/.venv/bin/python $root/examples/python/worker.py"
