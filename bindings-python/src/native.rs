@@ -398,6 +398,12 @@ impl NativeGuard {
     }
 
     /// Release in the background a grant whose acquire call was cancelled as it completed.
+    /// Whether the client of this guard's lock was closed (false in a forked child, whose
+    /// guard is unusable anyway).
+    pub fn client_closed(&self, py: Python<'_>) -> bool {
+        self.inner.get(py).is_ok_and(|g| g.lock().is_closed())
+    }
+
     pub fn abandon(&self, py: Python<'_>) {
         self.mark_delivered();
         if let Ok(g) = self.inner.get(py) {

@@ -347,6 +347,15 @@ fn complete_future(fut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -
     }
     if ok {
         if let Ok(guard) = value.cast::<crate::native::NativeGuard>() {
+            // The client was closed after the grant and before this callback ran (a close in
+            // the same turn of the loop): the core's rule for a grant that returns after the
+            // close applies, it is released and the caller gets ClosedError.
+            if guard.get().client_closed(fut.py()) {
+                guard.get().abandon(fut.py());
+                let closed = ferrolock::Error::new(ferrolock::ErrorKind::Closed, "the client was closed");
+                fut.call_method1("set_exception", (errors::to_py(fut.py(), closed).into_value(fut.py()),))?;
+                return Ok(());
+            }
             guard.get().mark_delivered();
         }
         fut.call_method1("set_result", (value,))?;

@@ -123,6 +123,30 @@ def test_close_ends_a_pending_async_acquire(redis: RedisServer, name: str) -> No
     asyncio.run(body())
 
 
+@pytest.mark.parametrize("how", ["acquire", "try_acquire"])
+def test_a_grant_settled_after_close_raises_closed_and_is_released(redis: RedisServer, name: str, how: str) -> None:
+    # A shutdown handler closing while a request acquires: the grant is made on the runtime
+    # while the loop is busy, and close() runs before the loop sets the future. It resolved
+    # with a hold already lost, and the lock stayed taken for its whole lease.
+    async def body() -> None:
+        client = await ferrolock.AsyncClient.connect(redis.url)
+        await client.inspect(name)  # warm: scripts loaded, connection up
+        lock = client.lock(name, ttl=30)
+        task = asyncio.ensure_future(lock.acquire() if how == "acquire" else lock.try_acquire())
+        await asyncio.sleep(0)  # the task sends its acquire
+        time.sleep(0.05)  # the loop is busy: the runtime grants meanwhile
+        client.close()
+        with pytest.raises(ferrolock.ClosedError):
+            await task
+
+    asyncio.run(body())
+    for _ in range(100):
+        if redis.command("EXISTS", hold_key(name)) == b":0\r\n":
+            break
+        time.sleep(0.02)
+    assert redis.command("EXISTS", hold_key(name)) == b":0\r\n", "the grant nobody received stayed taken"
+
+
 @pytest.mark.parametrize("close", [True, False])
 def test_close_while_held_loses_the_hold_and_stops_renewals(
     redis: RedisServer, name: str, monitor: Monitor, close: bool
