@@ -458,33 +458,69 @@ func TestFinalizersNeverRelease(t *testing.T) {
 	}
 }
 
-// A Held collected while its Lost() (or Context()) is still watched, as a "leader until lost"
-// loop that kept only the channel does: its renewal stops and its lease runs out, so the loss is
-// reported then (Lost() used to stay open for good while another owner took the lock).
+// A Held collected while its Lost() is still watched, as a "leader until lost" loop that kept
+// only the channel does: its renewal stops and its lease runs out, so the loss is reported then
+// (Lost() used to stay open for good while another owner took the lock).
 func TestACollectedHeldReportsItsLossToWhoWatchesIt(t *testing.T) {
 	url := startRedis(t)
 	c := connect(t, url, nil)
 	l := newLock(t, c, "gc-watched", nil)
-	lost, hctx := func() (<-chan struct{}, context.Context) {
+	lost := func() <-chan struct{} {
 		h, err := l.Acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		return h.Lost(), h.Context()
+		return h.Lost()
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		runtime.GC()
 		select {
 		case <-lost:
-			if !errors.Is(context.Cause(hctx), ferrolock.ErrLost) {
-				t.Fatalf("Context() ended with %v, not ErrLost", context.Cause(hctx))
-			}
 			return
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the collected Held's Lost() never closed")
+		}
+	}
+}
+
+// A leader that keeps only Held.Context() (the README's "run the work under it") keeps the hold:
+// the context keeps its Held, so renewal goes on through collections. It used to be collected:
+// renewal stopped, the context was cancelled as lost, and another owner took the lock. Once the
+// context is dropped too, the Held is collected and its lease runs out.
+func TestHeldContextKeepsTheHoldRenewed(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, &ferrolock.ClientOptions{WatchdogTTL: 600 * time.Millisecond})
+	other := newLock(t, connect(t, url, nil), "gc-context", lease(5*time.Second))
+	l := newLock(t, c, "gc-context", nil)
+	hctx := func() context.Context {
+		h, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Context()
+	}()
+	work, stop := context.WithCancel(hctx) // derived, as work under it would be
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		runtime.GC()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := context.Cause(work); err != nil {
+		t.Fatalf("the context ended while kept: %v", err)
+	}
+	if isFree(t, other) {
+		t.Fatal("another owner got the lock while the hold's context was kept")
+	}
+	stop() // work and hctx are not used from here on: collectable
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		runtime.GC()
+		if isFree(t, other) {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatal("the hold was still renewed after its context was dropped")
 		}
 	}
 }

@@ -85,7 +85,7 @@ func newHeld(parent context.Context, g *C.ferrolock_guard) *Held {
 }
 
 // finalize is Close for a Held the garbage collector found unreferenced while still holding:
-// renewal stops and the lease runs out, so whoever kept only Lost() or Context() (a "leader
+// renewal stops and the lease runs out, so whoever kept only Lost() (a "leader
 // until lost" loop) learns it now, as a loss; nothing would tell them later.
 func (h *Held) finalize() {
 	if h.load() != nil && h.lost != nil {
@@ -153,13 +153,24 @@ func (h *Held) Lost() <-chan struct{} {
 
 // Context returns a context (carrying the values of Acquire's context) that is cancelled when the
 // hold is lost (context.Cause is then an *Error matching ErrLost), or with context.Canceled when
-// this Held is released or closed. Run the work that needs the lock under it.
+// this Held is released or closed. Run the work that needs the lock under it: the context, and
+// every context derived from it, keeps this Held from being collected, so the hold stays renewed
+// while they are in use even if nothing else refers to the Held.
 func (h *Held) Context() context.Context {
 	if h == nil || h.ctx == nil {
 		return closedContext // not a hold (nil or zero Held): as after Close
 	}
 	h.watchLoss()
-	return h.ctx
+	return heldContext{h.ctx, h}
+}
+
+// heldContext keeps its Held reachable: a leader that kept only Held.Context() had its Held
+// collected, so its renewal stopped and the lease ran out under work still running. A new value
+// per call, never stored in the Held: a cycle through an object with a finalizer is never
+// collected.
+type heldContext struct {
+	context.Context
+	h *Held
 }
 
 var closedContext = func() context.Context {
