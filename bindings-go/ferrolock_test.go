@@ -289,6 +289,38 @@ func TestAcquireDeadlineQuotesTheLastFailure(t *testing.T) {
 	}
 }
 
+// TryAcquire's ctx ends an attempt that a server holds back. It was checked only before the
+// attempt, so a server that stopped answering kept the call for the client's response timeouts
+// (about 3 s here). The attempt cut short is undone once the server answers again.
+func TestTryAcquireEndsWithItsContext(t *testing.T) {
+	url := startRedis(t)
+	l := newLock(t, connect(t, url, nil), "try-ctx", lease(10*time.Second))
+	probe := newLock(t, connect(t, url, nil), "try-ctx", lease(10*time.Second))
+	if !isFree(t, l) || !isFree(t, probe) { // both connections up, scripts loaded
+		t.Fatal("not free at the start")
+	}
+	if reply := inlineLine(t, url, "CLIENT PAUSE 1500 ALL"); reply != "+OK" {
+		t.Fatalf("CLIENT PAUSE: %q", reply)
+	}
+	paused := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	h, err := l.TryAcquire(ctx)
+	took := time.Since(paused)
+	if h != nil || !errors.Is(err, ferrolock.ErrAcquireTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire on a paused server: %v, %v (want ErrAcquireTimeout wrapping the deadline)", h, err)
+	}
+	if took > 900*time.Millisecond { // under the client's 1 s response timeout, let alone three
+		t.Fatalf("TryAcquire returned %v after its 100 ms context", took)
+	}
+	time.Sleep(time.Until(paused.Add(1600 * time.Millisecond)))
+	for end := time.Now().Add(5 * time.Second); !isFree(t, probe); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the attempt cut short left a hold")
+		}
+	}
+}
+
 // A Redlock wait bounded by ctx that ends because a quorum of masters does not answer is
 // ErrQuorumNotReached, as in the other languages (core: "when fewer than a quorum of masters
 // answered the last try, the error is QuorumNotReached instead"), and still wraps the context's

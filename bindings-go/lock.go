@@ -183,11 +183,12 @@ const lastFailure = "the last attempt failed: "
 const maxWait = 365 * 24 * time.Hour
 
 // TryAcquire makes one attempt without waiting: (nil, nil) when another owner holds the lock.
-// ctx is checked before the attempt, not during it: the attempt is one request, bounded by the
-// client's ResponseTimeout (Redlock: RedlockNodeTimeout per master; a server that refuses
-// connections: one reconnect burst, 0.14–0.28 s, docs/CONNECTIONS.md). Use Acquire with a ctx
-// deadline to bound a call more tightly. The returned Held carries ctx's values, not its
-// cancellation.
+// The attempt is one request, but a server that stops answering holds it for the client's
+// response timeouts (up to about four: the attempt, its undo and the undo's retry,
+// docs/CONNECTIONS.md; Redlock: RedlockNodeTimeout per master); ctx ends it sooner, with an
+// error matching ErrAcquireTimeout (deadline) or ErrCancelled and the context's own error. An
+// attempt cut short is undone in Redis, and a grant that races with the end of ctx is released.
+// The returned Held carries ctx's values, not its cancellation.
 func (l *Lock) TryAcquire(ctx context.Context) (*Held, error) {
 	p := l.load()
 	if p == nil {
@@ -198,12 +199,40 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Held, error) {
 	}
 	var g *C.ferrolock_guard
 	var cerr *C.ferrolock_error
-	rc := C.ferrolock_lock_try_acquire(p, &g, &cerr)
+	var rc C.ferrolock_result
+	if ctx.Done() == nil { // never cancelled: no token needed
+		rc = C.ferrolock_lock_try_acquire(p, &g, &cerr)
+	} else {
+		var cancel *C.ferrolock_cancel
+		rc = C.ferrolock_cancel_new(&cancel, &cerr) // the call before cerr is read (see Held.watchLoss)
+		if err := check(rc, cerr); err != nil {
+			return nil, err
+		}
+		defer C.ferrolock_cancel_free(cancel)
+		// Triggering a token already freed is answered with CLOSED: harmless.
+		stop := context.AfterFunc(ctx, func() { C.ferrolock_cancel_trigger(cancel, nil) })
+		cerr = nil
+		rc = C.ferrolock_lock_try_acquire_cancellable(p, cancel, &g, &cerr)
+		stop()
+	}
 	runtime.KeepAlive(l)
-	if err := check(rc, cerr); err != nil || g == nil {
+	if err := check(rc, cerr); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ErrCancelled) {
+			return nil, contextError(ctx, ErrAcquireTimeout)
+		}
 		return nil, err
 	}
-	return newHeld(ctx, g), nil
+	if g == nil {
+		return nil, nil
+	}
+	h := newHeld(ctx, g)
+	if ctx.Err() != nil {
+		// Granted just as ctx ended: the caller will not use it, so give it back now.
+		_ = h.Release(context.Background())
+		h.Close()
+		return nil, contextError(ctx, ErrAcquireTimeout)
+	}
+	return h, nil
 }
 
 // load and take treat a nil *Lock as closed (ErrClosed, never a panic).

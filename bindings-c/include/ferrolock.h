@@ -737,6 +737,23 @@ ferrolock_result ferrolock_lock_try_acquire(const ferrolock_lock *lock,
                                             ferrolock_guard **out_guard,
                                             ferrolock_error **out_error);
 
+/**
+ * As ferrolock_lock_try_acquire(), and also stops with ::FERROLOCK_RESULT_CANCELLED as soon as
+ * `cancel` is triggered (from any thread), also before the attempt: the attempt is one request,
+ * but a server that stops answering holds it for the client's response timeouts (up to about
+ * four, docs/CONNECTIONS.md). An attempt interrupted mid-flight is undone in Redis, so a
+ * cancelled attempt never leaves a hold.
+ *
+ * @param cancel a token from ferrolock_cancel_new(), or NULL for none.
+ *
+ * # Safety
+ * Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".
+ */
+ferrolock_result ferrolock_lock_try_acquire_cancellable(const ferrolock_lock *lock,
+                                                        const ferrolock_cancel *cancel,
+                                                        ferrolock_guard **out_guard,
+                                                        ferrolock_error **out_error);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

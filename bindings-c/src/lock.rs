@@ -195,11 +195,49 @@ pub unsafe extern "C" fn ferrolock_lock_try_acquire(
     out_error: *mut *mut ferrolock_error,
 ) -> ferrolock_result {
     // SAFETY: pointer contracts as documented.
+    unsafe { ferrolock_lock_try_acquire_cancellable(lock, std::ptr::null(), out_guard, out_error) }
+}
+
+/// As ferrolock_lock_try_acquire(), and also stops with ::FERROLOCK_RESULT_CANCELLED as soon as
+/// `cancel` is triggered (from any thread), also before the attempt: the attempt is one request,
+/// but a server that stops answering holds it for the client's response timeouts (up to about
+/// four, docs/CONNECTIONS.md). An attempt interrupted mid-flight is undone in Redis, so a
+/// cancelled attempt never leaves a hold.
+///
+/// @param cancel a token from ferrolock_cancel_new(), or NULL for none.
+///
+/// # Safety
+/// Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_try_acquire_cancellable(
+    lock: *const ferrolock_lock,
+    cancel: *const ferrolock_cancel,
+    out_guard: *mut *mut ferrolock_guard,
+    out_error: *mut *mut ferrolock_error,
+) -> ferrolock_result {
+    // SAFETY: pointer contracts as documented.
     unsafe {
         call(out_error, || {
             non_null(out_guard, "out_guard")?;
             let l = LOCKS.get(lock)?;
-            let guard = blocking::block_on(async move { l.try_acquire().await })?;
+            let guard = if cancel.is_null() {
+                blocking::block_on(async move { l.try_acquire().await })?
+            } else {
+                let mut rx = CANCELS.get(cancel)?.subscribe();
+                blocking::block_on(async move {
+                    let cancelled = async move {
+                        if rx.wait_for(|c| *c).await.is_err() {
+                            std::future::pending::<()>().await; // token freed: never fires
+                        }
+                    };
+                    tokio::select! {
+                        biased;
+                        // Dropping the attempt undoes it, as for a cancelled acquire.
+                        () = cancelled => Err(Error::new(ErrorKind::Cancelled, "the attempt was cancelled")),
+                        r = l.try_acquire() => r,
+                    }
+                })?
+            };
             let handle = guard.map_or(std::ptr::null_mut(), |g| GUARDS.insert(g));
             write(out_guard, handle);
             Ok(())

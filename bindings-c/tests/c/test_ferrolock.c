@@ -426,6 +426,8 @@ static ferrolock_result r_freed_guard_remaining(fixture *f, ferrolock_error **e)
 static ferrolock_result r_freed_guard_state(fixture *f, ferrolock_error **e) { return ferrolock_guard_state(f->freed_guard, &f->out_state, e); }
 static ferrolock_result r_freed_guard_wait(fixture *f, ferrolock_error **e) { return ferrolock_guard_wait_lost(f->freed_guard, 1, &f->out_bool, e); }
 static ferrolock_result r_freed_cancel_trigger(fixture *f, ferrolock_error **e) { return ferrolock_cancel_trigger(f->freed_cancel, e); }
+static ferrolock_result r_try_freed_cancel(fixture *f, ferrolock_error **e) { return ferrolock_lock_try_acquire_cancellable(f->rival, f->freed_cancel, &f->out_guard, e); }
+static ferrolock_result r_try_cancellable_out_null(fixture *f, ferrolock_error **e) { return ferrolock_lock_try_acquire_cancellable(f->rival, NULL, NULL, e); }
 static ferrolock_result r_lock_as_guard(fixture *f, ferrolock_error **e) { return ferrolock_guard_release((const ferrolock_guard *)f->mine, e); }
 static ferrolock_result r_wild_guard(fixture *f, ferrolock_error **e) { (void)f; return ferrolock_guard_release((const ferrolock_guard *)0x1234, e); }
 /* Double release (also of an earlier hold of the very handle that holds now), from any thread. */
@@ -526,6 +528,8 @@ static const struct {
     {"guard_state(freed guard)", FERROLOCK_RESULT_CLOSED, r_freed_guard_state, 0},
     {"guard_wait_lost(freed guard)", FERROLOCK_RESULT_CLOSED, r_freed_guard_wait, 0},
     {"cancel_trigger(freed token)", FERROLOCK_RESULT_CLOSED, r_freed_cancel_trigger, 0},
+    {"lock_try_acquire_cancellable(freed token)", FERROLOCK_RESULT_CLOSED, r_try_freed_cancel, 0},
+    {"lock_try_acquire_cancellable(out_guard NULL)", FERROLOCK_RESULT_NULL_ARGUMENT, r_try_cancellable_out_null, 0},
     {"guard_release(a lock handle)", FERROLOCK_RESULT_CLOSED, r_lock_as_guard, 0},
     {"guard_release(wild pointer 0x1234)", FERROLOCK_RESULT_CLOSED, r_wild_guard, 0},
     /* Double release: "not held", never deletes another's (or a newer) hold */
@@ -1063,6 +1067,23 @@ static void test_cancel_and_threads(void) {
   cancellable_acquirer(&args);
   CHECK(args.rc == FERROLOCK_RESULT_CANCELLED);
   CHECK(is_free(a)); /* nothing leaked by the cancelled acquires */
+  /* One attempt with a token: a triggered token ends it with CANCELLED, even for a free lock;
+   * a fresh token is the control (granted), and so is NULL. */
+  ferrolock_guard *tg = NULL;
+  EXPECT(FERROLOCK_RESULT_CANCELLED, ferrolock_lock_try_acquire_cancellable(b, args.cancel, &tg, &err));
+  CHECK(tg == NULL && is_free(a));
+  ferrolock_cancel *fresh = NULL;
+  OK(ferrolock_cancel_new(&fresh, &err));
+  OK(ferrolock_lock_try_acquire_cancellable(b, fresh, &tg, &err));
+  CHECK(tg != NULL && !is_free(a));
+  OK(ferrolock_guard_release(tg, &err));
+  ferrolock_guard_free(tg);
+  tg = NULL;
+  OK(ferrolock_lock_try_acquire_cancellable(b, NULL, &tg, &err));
+  CHECK(tg != NULL);
+  OK(ferrolock_guard_release(tg, &err));
+  ferrolock_guard_free(tg);
+  ferrolock_cancel_free(fresh);
   ferrolock_cancel_free(args.cancel); /* (a freed token: a row of the bad-input matrix) */
   ferrolock_guard_free(ga);
   /* (Release from a thread that did not acquire: a row of the bad-input matrix.) */
