@@ -632,3 +632,35 @@ async fn a_fair_reentry_that_finds_its_hold_gone_queues() {
     got_a.release().await.unwrap();
     wd.await.unwrap().expect("D's acquire").release().await.unwrap();
 }
+
+// A hand-over takes a fresh grant's fence rule: above the stored counter even when the counter
+// is ahead of the server clock (a clock stepped back; a counter carried over from a faster
+// host). Fair tests saw only fences that follow the clock, so a hand-over that ignored the
+// counter passed them (mutation review). Both hand-overs: a release's and force_unlock's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_fence_is_above_the_stored_counter() {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let fair = || LockOptions::lease(Duration::from_secs(10)).with_fair(true);
+    for forced in [false, true] {
+        let name = format!("handover-fence-{forced}");
+        let holder_client = connect(&server).await;
+        let g = holder_client.lock(&name, fair()).unwrap().acquire(Some(Duration::ZERO)).await.unwrap();
+        let ahead = (1u64 << 52) + 3;
+        let _: () = data.set(format!("ferrolock:{{{name}}}:fence"), ahead.to_string()).await.unwrap();
+        let waiter = connect(&server).await.lock(&name, fair()).unwrap();
+        let t =
+            tokio::spawn(
+                async move { waiter.acquire(Some(Duration::from_secs(5))).await.map(|g| (g, waiter)) },
+            );
+        until_queued(&mut data, &name, 1).await;
+        if forced {
+            assert!(holder_client.force_unlock(&name).await.unwrap().is_some());
+        } else {
+            g.release().await.unwrap();
+        }
+        let (g2, _waiter) = t.await.unwrap().unwrap();
+        assert_eq!(g2.fence(), ahead + 1, "forced: {forced}: not above the stored counter {ahead}");
+        g2.release().await.unwrap();
+    }
+}

@@ -1493,3 +1493,21 @@ async fn a_renewal_refused_by_a_majority_clears_the_minority() {
     lock.acquire(Some(Duration::from_secs(2))).await.unwrap().release().await.unwrap();
     no_hold_left(&servers, "lost-renew").await;
 }
+
+// DESIGN §4 over a quorum: validity from before the round was sent, and a round whose
+// validity is spent is not a grant (mutation review: both passed every test before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_counts_from_before_the_round_was_sent() {
+    let ss = start_many(3);
+    let urls: Vec<String> = ss.iter().map(|s| s.url()).collect();
+    let c = Client::connect_redlock(&urls, patient_opts()).await.unwrap();
+    check_validity_counts_from_the_send(&c, &ss.iter().collect::<Vec<_>>()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_whose_validity_ran_out_is_not_a_grant() {
+    let ss = start_many(3);
+    let urls: Vec<String> = ss.iter().map(|s| s.url()).collect();
+    let c = Client::connect_redlock(&urls, patient_opts()).await.unwrap();
+    check_a_spent_grant_is_not_returned(&c, &ss.iter().collect::<Vec<_>>()).await;
+}

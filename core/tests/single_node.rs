@@ -1369,3 +1369,105 @@ async fn a_released_levels_loss_callback_is_dropped_and_never_runs() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(fired.load(Ordering::SeqCst), 0, "a released level's callback ran on the loss");
 }
+
+// The timing rules of DESIGN §4 for a reply the server held back (mutation review: validity
+// counted from the reply, and a spent grant returned, both passed every test before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_counts_from_before_the_request_was_sent() {
+    let s = RedisServer::start();
+    check_validity_counts_from_the_send(&connect_with(&s, patient_opts()).await, &[&s]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_validity_ran_out_on_the_way_is_not_returned() {
+    let s = RedisServer::start();
+    check_a_spent_grant_is_not_returned(&connect_with(&s, patient_opts()).await, &[&s]).await;
+}
+
+// max_reentrancy levels, and not one more: the refusal changes nothing on the server.
+#[tokio::test]
+async fn the_reentrancy_limit_refuses_one_level_more() {
+    let server = RedisServer::start();
+    let mut o = ClientOptions::default();
+    o.max_reentrancy = 3;
+    let client = connect_with(&server, o).await;
+    let lock = client.lock("depth", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let mut levels = Vec::new();
+    for _ in 0..3 {
+        levels.push(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+    }
+    let e = lock.try_acquire().await.expect_err("a fourth level was granted");
+    assert_eq!(e.kind(), ErrorKind::ReentrancyLimit, "{e}");
+    assert_eq!(client.inspect("depth").await.unwrap().unwrap().count, 3);
+    for g in levels.into_iter().rev() {
+        g.release().await.unwrap();
+    }
+    assert!(client.inspect("depth").await.unwrap().is_none());
+}
+
+// DESIGN §5: a waiter subscribes before it tries again, so that no release is missed. Each of
+// the waiter's connections in turn is held back by a proxy while the holder (10 s lease)
+// releases; held back, the subscriber's SUBSCRIBE lands after the release. The waiter must
+// still get the lock at once when the proxy lets go, not at the end of the old lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_before_the_waiter_subscribed_is_not_missed() {
+    let server = RedisServer::start();
+    let holder_client = connect(&server).await;
+    for conn in 0..4 {
+        let name = format!("before-subscribe-{conn}");
+        let holder = holder_client.lock(&name, LockOptions::lease(Duration::from_secs(10))).unwrap();
+        let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+        let proxy = HoldProxy::start(&server, conn);
+        let waiter_client = Client::connect(&proxy.url, ClientOptions::default()).await.unwrap();
+        // The request connections up (not the subscriber's: nothing has waited yet).
+        let warm = waiter_client.lock("warm", LockOptions::lease(Duration::from_secs(10))).unwrap();
+        warm.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+        proxy.hold(true);
+        let waiter = waiter_client.lock(&name, LockOptions::lease(Duration::from_secs(10))).unwrap();
+        let t =
+            tokio::spawn(
+                async move { waiter.acquire(Some(Duration::from_secs(5))).await.map(|g| (g, waiter)) },
+            );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        g.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        proxy.hold(false);
+        let t0 = Instant::now();
+        let (g2, _waiter) =
+            t.await.unwrap().unwrap_or_else(|e| panic!("connection {conn}: the release was missed: {e}"));
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "connection {conn}: woke only after {:?}",
+            t0.elapsed()
+        );
+        g2.release().await.unwrap();
+    }
+}
+
+// force_unlock wakes the waiters as a release does (only fair mode's hand-over was tested): a
+// waiter behind a 10 s hold gets the lock at once, not when the old lease would have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_wakes_a_waiter() {
+    let server = RedisServer::start();
+    let (a, b) = (connect(&server).await, connect(&server).await);
+    let _g = a
+        .lock("forced-wake", LockOptions::lease(Duration::from_secs(10)))
+        .unwrap()
+        .acquire(None)
+        .await
+        .unwrap();
+    let waiter = b.lock("forced-wake", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    let t =
+        tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(8))).await.map(|g| (g, waiter)) });
+    // Subscribed (the waiter is in its wait) before the unlock.
+    let t0 = Instant::now();
+    while !release_channels(&server).iter().any(|c| c.contains("forced-wake")) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let unlocked = Instant::now();
+    assert!(a.force_unlock("forced-wake").await.unwrap().is_some());
+    let (g, _waiter) = t.await.unwrap().expect("the waiter got the lock");
+    assert!(unlocked.elapsed() < Duration::from_secs(2), "woke {:?} after the unlock", unlocked.elapsed());
+    g.release().await.unwrap();
+}

@@ -269,3 +269,54 @@ impl CutProxy {
         }
     }
 }
+
+/// Options that outlast a server held back for most of a second: a reply delayed by
+/// `CLIENT PAUSE` is slow, not failed.
+pub fn patient_opts() -> ClientOptions {
+    let mut o = ClientOptions::default();
+    o.response_timeout = Duration::from_secs(3);
+    o.redlock_node_timeout = Duration::from_secs(2);
+    o
+}
+
+/// Hold back every client's commands on each server for `ms` (`CLIENT PAUSE … ALL`).
+pub fn pause_all(servers: &[&RedisServer], ms: u64) {
+    for s in servers {
+        let _: () = s.cmd(&["CLIENT", "PAUSE", &ms.to_string(), "ALL"]);
+    }
+}
+
+/// DESIGN §4: validity runs from a timestamp taken before the request is sent, so the time a
+/// delayed reply took is gone from it. (A check against the servers' PTTL cannot tell: each
+/// server's lease also starts only when its script runs.)
+pub async fn check_validity_counts_from_the_send(client: &Client, servers: &[&RedisServer]) {
+    let lease = Duration::from_millis(3000);
+    let lock = client.lock("validity-from-send", ferrolock::LockOptions::lease(lease)).unwrap();
+    pause_all(servers, 600);
+    let t0 = Instant::now();
+    let g = lock.acquire(Some(Duration::from_secs(5))).await.unwrap();
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(500), "control: the pause did not delay the grant ({took:?})");
+    let left = g.remaining();
+    assert!(
+        left <= lease - took + Duration::from_millis(5),
+        "remaining {left:?} after a grant that took {took:?}"
+    );
+    g.release().await.unwrap();
+}
+
+/// DESIGN §4: a grant whose validity is used up by the time its reply arrives is never returned
+/// as success.
+pub async fn check_a_spent_grant_is_not_returned(client: &Client, servers: &[&RedisServer]) {
+    let lock = client.lock("spent-grant", ferrolock::LockOptions::lease(Duration::from_millis(300))).unwrap();
+    pause_all(servers, 600);
+    match lock.acquire(Some(Duration::ZERO)).await {
+        Ok(g) => {
+            panic!("a grant whose validity was used up was returned: {:?}, {:?}", g.state(), g.remaining())
+        }
+        Err(e) => assert!(
+            matches!(e.kind(), ferrolock::ErrorKind::AcquireTimeout | ferrolock::ErrorKind::QuorumNotReached),
+            "{e}"
+        ),
+    }
+}
