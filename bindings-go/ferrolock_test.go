@@ -321,6 +321,38 @@ func TestTryAcquireEndsWithItsContext(t *testing.T) {
 	}
 }
 
+// A Release whose ctx ended before the server answered goes on in the background; retried, it
+// waits for that one and reports success. The retry used to be told ErrNotHeld ("already
+// released") while the hold was still in Redis and the first release's outcome unknown.
+func TestARetriedReleaseWaitsForTheOneInFlight(t *testing.T) {
+	url := startRedis(t)
+	l := newLock(t, connect(t, url, nil), "release-retry", lease(10*time.Second))
+	probe := newLock(t, connect(t, url, nil), "release-retry", lease(10*time.Second))
+	if !isFree(t, probe) { // the probe's connection up before the pause
+		t.Fatal("not free at the start")
+	}
+	h := acquire(t, l, time.Second)
+	if reply := inlineLine(t, url, "CLIENT PAUSE 700 ALL"); reply != "+OK" {
+		t.Fatalf("CLIENT PAUSE: %q", reply)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.Release(short); !errors.Is(err, ferrolock.ErrTimeout) {
+		t.Fatalf("Release on a paused server: %v, want ErrTimeout", err)
+	}
+	retry, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if err := h.Release(retry); err != nil {
+		t.Fatalf("the retried release: %v", err)
+	}
+	if !isFree(t, probe) {
+		t.Fatal("the lock is still held after the retried release returned")
+	}
+	if err := h.Release(context.Background()); !errors.Is(err, ferrolock.ErrNotHeld) {
+		t.Fatalf("a third release: %v, want ErrNotHeld", err)
+	}
+}
+
 // A Redlock wait bounded by ctx that ends because a quorum of masters does not answer is
 // ErrQuorumNotReached, as in the other languages (core: "when fewer than a quorum of masters
 // answered the last try, the error is QuorumNotReached instead"), and still wraps the context's

@@ -71,6 +71,15 @@ type Held struct {
 	lost      *lostState
 	ctx       context.Context
 	watch     sync.Once // the loss callback, registered on first use of Lost or Context
+	// unseen is a Release whose ctx ended before it did: it goes on in the background, and the
+	// next Release reports its outcome rather than being told the level was already released.
+	unseen *releaseRun
+}
+
+// releaseRun is one Release's call into the library.
+type releaseRun struct {
+	done chan struct{}
+	err  error // set before done is closed
 }
 
 func newHeld(parent context.Context, g *C.ferrolock_guard) *Held {
@@ -184,14 +193,38 @@ var closedContext = func() context.Context {
 // round trip; at most the client's response timeouts with a stalled server), so that a Close
 // of the Held or the Client right after it cannot stop it; if ctx ends during the call, Release
 // returns early while the release completes in the background (a Close of the Held meanwhile
-// waits for it). Errors: ErrNotHeld after a previous release, ErrLost if the hold was lost
-// meanwhile (nothing of another owner is deleted).
+// waits for it), and the next Release waits for that one and returns nil once it succeeded (or
+// sends the release again if it failed). Errors: ErrNotHeld after a previous release, ErrLost if
+// the hold was lost meanwhile (nothing of another owner is deleted).
 func (h *Held) Release(ctx context.Context) error {
+	if h != nil {
+		h.mu.Lock()
+		run := h.unseen
+		h.mu.Unlock()
+		if run != nil {
+			select {
+			case <-run.done:
+			case <-ctx.Done():
+				return contextError(ctx, ErrTimeout)
+			}
+			h.mu.Lock()
+			if h.unseen == run {
+				h.unseen = nil
+			}
+			h.mu.Unlock()
+			if run.err == nil {
+				return nil // the release this call retries went through
+			}
+			// It failed (a transient failure leaves the level unreleased): send it again.
+		}
+	}
 	p := h.useForRelease()
 	if p == nil {
 		return closedError("held lock")
 	}
-	release := func() (struct{}, error) {
+	run := &releaseRun{done: make(chan struct{})}
+	release := func() {
+		defer close(run.done)
 		defer h.releaseDone()
 		var cerr *C.ferrolock_error
 		rc := C.ferrolock_guard_release(p, &cerr)
@@ -201,17 +234,25 @@ func (h *Held) Release(ctx context.Context) error {
 			// context ends now, and it can no longer be lost.
 			h.lost.end(nil)
 		}
-		return struct{}{}, check(rc, cerr)
+		run.err = check(rc, cerr)
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || ctx.Done() == nil {
 		// Started in the background, the release would reach the core only when its goroutine
 		// runs: after a Client.Close that the caller makes next (a shutdown with a request's
 		// cancelled context), which refuses it, and the lock would stay held for its lease.
-		_, err := release()
-		return err
+		release()
+		return run.err
 	}
-	_, err := withContext(ctx, release, nil)
-	return err
+	go release()
+	select {
+	case <-run.done:
+		return run.err
+	case <-ctx.Done():
+		h.mu.Lock()
+		h.unseen = run
+		h.mu.Unlock()
+		return contextError(ctx, ErrTimeout)
+	}
 }
 
 // Extend sets the lease to ttl from now (owner-checked in Redis). ErrLost if it was lost.
