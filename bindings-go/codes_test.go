@@ -2,6 +2,7 @@ package ferrolock
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -36,5 +37,25 @@ func TestErrorCodesWalkEveryCode(t *testing.T) {
 	}
 	if ErrorCode(7).String() != "ErrorCode(7)" || libraryCodeName(7) != "UNKNOWN" {
 		t.Error("unknown codes are not reported as unknown")
+	}
+}
+
+// An ErrorCode prints as its string code with %v and %s (fmt prefers Error() over String() for
+// an error: it printed "ferrolock: NOT_HELD"), and errors.As finds the code of an *Error.
+func TestErrorCodeFormatsAndAs(t *testing.T) {
+	err := fmt.Errorf("wrapped: %w", &Error{Code: ErrNotHeld, Message: "NOT_HELD: x"})
+	var code ErrorCode
+	if !errors.As(err, &code) || code != ErrNotHeld {
+		t.Fatalf("errors.As(*ErrorCode): %v", code)
+	}
+	for format, want := range map[string]string{
+		"%v": "NOT_HELD", "%s": "NOT_HELD", "%d": fmt.Sprint(uint32(ErrNotHeld)), "%q": `"NOT_HELD"`,
+	} {
+		if got := fmt.Sprintf(format, code); got != want {
+			t.Errorf("Sprintf(%q, ErrNotHeld) = %q, want %q", format, got, want)
+		}
+	}
+	if ErrNotHeld.Error() != "ferrolock: NOT_HELD" {
+		t.Errorf("Error() = %q", ErrNotHeld.Error())
 	}
 }

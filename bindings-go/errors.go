@@ -30,6 +30,19 @@ func (c ErrorCode) String() string {
 // Error makes an ErrorCode usable as a sentinel error.
 func (c ErrorCode) Error() string { return "ferrolock: " + c.String() }
 
+// Format prints the stable string code for %v and %s ("NOT_HELD", as String does: fmt would
+// otherwise prefer Error, "ferrolock: NOT_HELD"), the number for %d, and %q quoted.
+func (c ErrorCode) Format(f fmt.State, verb rune) {
+	switch verb {
+	case 'd':
+		fmt.Fprintf(f, "%d", uint32(c))
+	case 'q':
+		fmt.Fprintf(f, "%q", c.String())
+	default:
+		fmt.Fprint(f, c.String())
+	}
+}
+
 // Error is a failed call: the stable code and a message (which never contains a password).
 type Error struct {
 	Code    ErrorCode
@@ -43,6 +56,15 @@ func (e *Error) Error() string { return "ferrolock: " + e.Message }
 func (e *Error) Is(target error) bool {
 	c, ok := target.(ErrorCode)
 	return ok && c == e.Code
+}
+
+// As sets an *ErrorCode target to this error's code, so errors.As(err, &code) works like Code.
+func (e *Error) As(target any) bool {
+	c, ok := target.(*ErrorCode)
+	if ok {
+		*c = e.Code
+	}
+	return ok
 }
 
 // Unwrap returns the context error behind ErrAcquireTimeout / ErrCancelled when the call ended
