@@ -164,8 +164,9 @@ impl Lock {
     /// (a server that did not answer or could not be reached), the error quotes the last failure
     /// as an elapsed wait does (`the last attempt failed: TIMEOUT: …`), so that a caller whose
     /// own deadline cancels the wait (Go's `context`) can tell a server that did not answer from
-    /// a lock that was held. (Single server, Sentinel and Cluster; a Redlock wait that could not
-    /// reach a quorum reports [`ErrorKind::QuorumNotReached`] when its wait elapses instead.)
+    /// a lock that was held. (Redlock: a last round that did not reach a quorum is quoted as
+    /// `QUORUM_NOT_REACHED: …`; a wait that elapses reports [`ErrorKind::QuorumNotReached`]
+    /// itself.)
     pub async fn acquire_cancellable(
         &self,
         wait: Option<Duration>,
@@ -238,7 +239,9 @@ impl Lock {
         let c = &self.inner.client;
         let (conn, notifier) = match &c.inner.backend {
             Backend::Single { conn, notifier } => (conn, notifier),
-            Backend::Quorum(q) => return self.or_closed(Box::pin(q.clone().acquire(self, deadline))).await?,
+            Backend::Quorum(q) => {
+                return self.or_closed(Box::pin(q.clone().acquire(self, deadline, last))).await?;
+            }
         };
         // Fair mode: this handle queues once at a time; the undo of a queued acquire that gave
         // up comes first (a re-entry into a live hold needs no queue).

@@ -887,7 +887,14 @@ impl Quorum {
 
     /// Acquire with waiting: release messages from any master, the smallest holder PTTL, or a
     /// random jitter after a split vote or an unreachable quorum; bounded by `deadline`.
-    pub async fn acquire(self: Arc<Self>, lock: &Lock, deadline: Option<Instant>) -> Result<Guard> {
+    /// `last`, when given, notes each round's outcome: the error of a round that could not
+    /// reach a quorum, `None` otherwise (the caller's cancellation quotes it).
+    pub async fn acquire(
+        self: Arc<Self>,
+        lock: &Lock,
+        deadline: Option<Instant>,
+        last: Option<&std::sync::Mutex<Option<Error>>>,
+    ) -> Result<Guard> {
         let channel = &lock.inner.keys.channel;
         let mut subs: Vec<Subscription> =
             self.nodes.iter().filter_map(|n| n.notifier.peek_all(channel)).collect();
@@ -900,6 +907,12 @@ impl Quorum {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let bound = |d: Duration| left.map_or(d, |l| l.min(d));
             let round = self.clone().attempt(lock, deadline).await?;
+            if let Some(last) = last {
+                *last.lock().unwrap_or_else(|p| p.into_inner()) = match &round {
+                    Round::Unreachable(e) => Some(e.clone()),
+                    _ => None,
+                };
+            }
             // Granted too late to be valid: a wait that ends after this round says so.
             let expired = matches!(round, Round::Expired);
             match round {

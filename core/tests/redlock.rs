@@ -1511,3 +1511,31 @@ async fn a_round_whose_validity_ran_out_is_not_a_grant() {
     let c = Client::connect_redlock(&urls, patient_opts()).await.unwrap();
     check_a_spent_grant_is_not_returned(&c, &ss.iter().collect::<Vec<_>>()).await;
 }
+
+// A cancelled Redlock wait whose last round could not reach a quorum says so (as a cancelled
+// single-server wait quotes a server that did not answer): a caller whose own deadline cancels
+// the wait (Node's AbortSignal, Go's ctx) could not tell a quorum it could not reach from a
+// lock that was held. Control: with every master up and the lock held, nothing is quoted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_quotes_a_quorum_it_could_not_reach() {
+    let servers = start_many(3);
+    let (holder, client) = (redlock(&servers).await, redlock(&servers).await);
+    let lease = || LockOptions::lease(Duration::from_secs(10));
+    let cancelled = |lock: ferrolock::Lock| async move {
+        lock.acquire_cancellable(None, tokio::time::sleep(Duration::from_millis(700))).await.unwrap_err()
+    };
+    let g = holder.lock("cq-held", lease()).unwrap().acquire(None).await.unwrap();
+    let e = cancelled(client.lock("cq-held", lease()).unwrap()).await;
+    assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+    assert!(!e.message().contains("last attempt failed"), "a held lock quoted as a failure: {e}");
+    g.release().await.unwrap();
+    for s in &servers[1..] {
+        s.pause();
+    }
+    let e = cancelled(client.lock("cq-paused", lease()).unwrap()).await;
+    for s in &servers[1..] {
+        s.resume();
+    }
+    assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+    assert!(e.message().contains("the last attempt failed: QUORUM_NOT_REACHED"), "{e}");
+}
