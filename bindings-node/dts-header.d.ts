@@ -8,13 +8,41 @@
  * stable codes (see `errorCodes()` / `ErrorCode`). Fencing tokens are numbers (exact: < 2^53).
  */
 
+/**
+ * The core's stable string error codes, the same in every language (`errorCodes()` lists them with
+ * their numbers; test/errors.test.mjs checks this list against it).
+ */
+export type ErrorCodeName =
+  | 'INVALID_ARGUMENT'
+  | 'INVALID_NAME'
+  | 'INVALID_DURATION'
+  | 'INVALID_URL'
+  | 'INVALID_CONFIG'
+  | 'CLOSED'
+  | 'NULL_ARGUMENT'
+  | 'CONNECTION'
+  | 'TIMEOUT'
+  | 'AUTH'
+  | 'TLS'
+  | 'NOT_HELD'
+  | 'LOST'
+  | 'ACQUIRE_TIMEOUT'
+  | 'QUORUM_NOT_REACHED'
+  | 'REENTRANCY_LIMIT'
+  | 'CANCELLED'
+  | 'NOT_REPLICATED'
+  | 'PROTOCOL'
+  | 'SCRIPT'
+  | 'PERMISSION'
+  | 'INTERNAL'
+
 /** An error raised by ferrolock: `code` is the core's stable string code, e.g. `"NOT_HELD"`. */
 export interface FerrolockError extends Error {
-  code: string
+  code: ErrorCodeName
 }
 
 /** Every stable error code by name (`ErrorCode.NOT_HELD === "NOT_HELD"`), built from `errorCodes()`. */
-export declare const ErrorCode: Readonly<Record<string, string>>
+export declare const ErrorCode: { readonly [K in ErrorCodeName]: K }
 
 /** Options of `lock.acquire`. */
 export interface AcquireOptions {

@@ -1,5 +1,6 @@
 // The error mapping is total over the core's table, and codes are what users match on.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
 
@@ -24,6 +25,14 @@ test('every core error kind reaches JS as an Error with err.code equal to the co
   assert.ok(table.every((e) => typeof e.transient === 'boolean'));
   const transient = new Set(table.filter((e) => e.transient).map((e) => e.name));
   assert.ok(transient.has('CONNECTION') && transient.has('TIMEOUT') && !transient.has('NOT_HELD'));
+});
+
+test('index.d.ts declares exactly the core\'s error codes (ErrorCodeName)', () => {
+  const dts = readFileSync(new URL('../index.d.ts', import.meta.url), 'utf8');
+  const union = dts.match(/export type ErrorCodeName =([^;]*?)\n\n/);
+  assert.ok(union, 'ErrorCodeName not found in index.d.ts');
+  const declared = [...union[1].matchAll(/'([A-Z_]+)'/g)].map((m) => m[1]);
+  assert.deepEqual(declared.sort(), ferrolock.errorCodes().map((e) => e.name).sort());
 });
 
 test('a bad URL is INVALID_URL and the password never shows', async () => {
