@@ -294,6 +294,15 @@ function nativeHook(state) {
   };
 }
 
+function whyLost(held) {
+  try {
+    held.ensure();
+  } catch (e) {
+    if (e.code === LOST) return e;
+  }
+  return makeError(LOST, 'the lock was lost');
+}
+
 function loss(held) {
   let s = losses.get(held);
   if (s === undefined) {
@@ -301,8 +310,9 @@ function loss(held) {
     losses.set(held, s);
     bySignal.set(s.controller.signal, s);
     if (held.state === 'lost') {
-      // Already lost: abort now rather than on the next turn of the event loop.
-      s.error = makeError(LOST, 'the lock was lost');
+      // Already lost: abort now rather than on the next turn of the event loop, with the reason
+      // ensure() names (the one the native hook would have brought).
+      s.error = whyLost(held);
       s.controller.abort(s.error);
       return s;
     }

@@ -181,13 +181,15 @@ describe('lost lock', () => {
     assert.equal(signal.aborted, true);
     assert.equal(signal.reason.code, 'LOST');
     assert.equal(h.state, 'lost');
-    assert.throws(() => h.ensure(), { code: 'LOST' });
+    // ensure() names why, as the callback heard it (it used to say only "the lock was lost").
+    assert.throws(() => h.ensure(), { code: 'LOST', message: /renewal refused/ });
     await assert.rejects(h.release(), { code: 'LOST' });
     // A signal first read after the loss is aborted at once; a late callback still runs, once.
     const h2 = await client.lock(fresh('lost-late'), { ttl: 100 }).acquire();
     await sleep(200);
     assert.equal(h2.signal.aborted, true);
     assert.equal(h2.signal.reason.code, 'LOST');
+    assert.match(h2.signal.reason.message, /the lease ran out/);
     const late = await new Promise((resolve) => h.onLost(resolve));
     assert.equal(late.code, 'LOST');
   });

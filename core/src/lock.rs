@@ -1029,11 +1029,20 @@ impl Guard {
     pub fn ensure(&self, margin: Duration) -> Result<()> {
         match self.state() {
             LockState::Released => Err(Error::new(ErrorKind::NotHeld, "the lock was released")),
-            LockState::Lost => Err(Error::new(ErrorKind::Lost, "the lock was lost")),
+            LockState::Lost => Err(self.lost_error()),
             _ if self.remaining() <= margin => {
                 Err(Error::new(ErrorKind::Lost, "less validity left than the required margin"))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// LOST, naming why the hold was lost when that was recorded (a refused renewal, the
+    /// client's close, a forced unlock seen by an extend), as a loss callback hears it.
+    fn lost_error(&self) -> Error {
+        match self.hold.lost_reason() {
+            Some(why) => Error::new(ErrorKind::Lost, format!("the lock was lost: {why}")),
+            None => Error::new(ErrorKind::Lost, "the lock was lost"),
         }
     }
 
@@ -1279,7 +1288,7 @@ impl Guard {
         }
         let _op = lock.inner.op.lock().await;
         match self.hold.state() {
-            LockState::Lost => return Err(Error::new(ErrorKind::Lost, "the lock was lost")),
+            LockState::Lost => return Err(self.lost_error()),
             LockState::Released => return Err(Error::new(ErrorKind::NotHeld, "the lock was released")),
             _ => {}
         }
