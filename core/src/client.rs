@@ -49,6 +49,17 @@ pub(crate) enum Backend {
     Quorum(Arc<Quorum>),
 }
 
+impl Backend {
+    /// Whether the locks live on a Redis Cluster (each lock's commands on its slot's master).
+    pub(crate) fn is_cluster(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        if let Backend::Single { conn: Conn::Cluster(_), .. } = self {
+            return true;
+        }
+        false
+    }
+}
+
 /// The single-server connection: a reconnecting connection to one address, or to whichever
 /// server the sentinels name as master (rebuilt when that changes: `sentinel.rs`).
 #[derive(Clone)]

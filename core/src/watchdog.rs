@@ -444,7 +444,18 @@ fn tick(shared: &Arc<Shared>, backend: &Backend, opts: &Arc<ClientOptions>) -> I
     plan(next);
     drop(entries);
     // `next` may name a renewal sent now; the renewal's completion wakes the scheduler anyway.
-    tokio::spawn(renew(shared.clone(), backend.clone(), opts.clone(), due));
+    if backend.is_cluster() {
+        // Each lock's renewal goes to its own slot's master, and one that hangs holds its
+        // round for its timeouts and retries (seconds): a round of its own per lock, so that
+        // a master in trouble delays and fails only its own locks' renewals. (One round for all
+        // of them failed or stalled every lock of the client, and at their local deadlines the
+        // locks on healthy masters were lost and left to expire.)
+        for d in due {
+            tokio::spawn(renew(shared.clone(), backend.clone(), opts.clone(), vec![d]));
+        }
+    } else {
+        tokio::spawn(renew(shared.clone(), backend.clone(), opts.clone(), due));
+    }
     next
 }
 

@@ -532,3 +532,47 @@ async fn a_repair_overtaken_by_the_sweep_leaves_no_subscription() {
     }
     guard.release().await.unwrap();
 }
+
+// One master hangs: the same client's renewing locks on the other masters stay held. The
+// watchdog renewed a cluster's locks as one concurrent batch that failed as a whole on one
+// command's timeout, so every lock of the round went InDoubt and, at its local deadline, Lost,
+// and its healthy master let it expire (cluster review). The lock on the hung master is the
+// control: it is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_master_costs_only_its_own_locks_their_renewal() {
+    let cluster = RedisCluster::start(3, 0);
+    for n in &cluster.nodes {
+        let _: String = n.cmd(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let name_on = |node: &RedisServer, prefix: &str| {
+        (0..2000)
+            .map(|i| format!("{prefix}-{i}"))
+            .find(|x| cluster.master_of(&key(x)).port() == node.port())
+            .unwrap()
+    };
+    let hung = cluster.master_of(&key("hung-renewal"));
+    let healthy = cluster.nodes.iter().find(|n| n.port() != hung.port()).unwrap();
+    let (on_hung, on_healthy) = (name_on(hung, "renew-h"), name_on(healthy, "renew-ok"));
+    let client = Client::connect(&cluster.url(3), opts()).await.unwrap();
+    let ttl = Duration::from_millis(2000);
+    let g_hung =
+        client.lock(&on_hung, LockOptions::renewing(ttl)).unwrap().try_acquire().await.unwrap().unwrap();
+    let g_ok =
+        client.lock(&on_healthy, LockOptions::renewing(ttl)).unwrap().try_acquire().await.unwrap().unwrap();
+    hung.pause();
+    let t0 = Instant::now();
+    let mut worst = LockState::Held;
+    while t0.elapsed() < Duration::from_millis(4500) {
+        if g_ok.state() != LockState::Held {
+            worst = g_ok.state();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let hung_state = g_hung.state();
+    hung.resume();
+    assert_eq!(hung_state, LockState::Lost, "control: the lock on the hung master");
+    assert_eq!(worst, LockState::Held, "the lock on a healthy master was given up");
+    let pttl: i64 = healthy.cmd(&["PTTL", &key(&on_healthy)]);
+    assert!(pttl > 0, "the healthy master's hold expired (PTTL {pttl})");
+    g_ok.release().await.unwrap();
+}
