@@ -291,11 +291,14 @@ impl Client {
             hot = HotConn::for_server(target.client.get_connection_info(), &opts);
             (Conn::Direct(conn, Some(opts.response_timeout)), target.secrets, target.addr, Arc::new(opts))
         };
+        // Bounded: on a cluster the idle channels of a master that hangs are unsubscribed one
+        // after another (each waits out a response timeout), and the sweep holds the lock that
+        // every new waiter's subscription needs, whichever master its lock lives on.
         tokio::spawn(Notifier::sweep(
             Arc::downgrade(&notifier),
             conn.clone(),
             opts.subscription_linger,
-            None,
+            Some(opts.response_timeout),
         ));
         let backend = Backend::Single { conn, notifier };
         let watchdog = Watchdog::start(backend.clone(), opts.clone());

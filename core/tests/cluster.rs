@@ -576,3 +576,83 @@ async fn a_hung_master_costs_only_its_own_locks_their_renewal() {
     assert!(pttl > 0, "the healthy master's hold expired (PTTL {pttl})");
     g_ok.release().await.unwrap();
 }
+
+// Idle release channels on a master that hangs do not hold up waiters on the other masters.
+// The sweep that unsubscribes idle channels holds the lock every new subscription needs, and on
+// a cluster it unsubscribed them one at a time, each waiting out a response timeout: with 8
+// idle channels, waiters on a healthy master woke seconds after the release, or timed out
+// "before the lock was free" (cluster review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_channels_on_a_hung_master_do_not_hold_up_waiters_elsewhere() {
+    let cluster = RedisCluster::start(3, 0);
+    for n in &cluster.nodes {
+        let _: String = n.cmd(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    }
+    let names_on = |node: &RedisServer, prefix: &str, n: usize| -> Vec<String> {
+        (0..4000)
+            .map(|i| format!("{prefix}-{i}"))
+            .filter(|x| cluster.master_of(&key(x)).port() == node.port())
+            .take(n)
+            .collect()
+    };
+    let hung = cluster.master_of(&key("idle-hung"));
+    let healthy = cluster.nodes.iter().find(|n| n.port() != hung.port()).unwrap();
+    let holder = Client::connect(&cluster.url(3), opts()).await.unwrap();
+    let mut o = opts();
+    o.subscription_linger = Duration::from_millis(1000);
+    let client = Client::connect(&cluster.url(3), o).await.unwrap();
+    let mut held = Vec::new();
+    for n in names_on(hung, "idle-a", 8) {
+        held.push(
+            holder
+                .lock(&n, LockOptions::lease(Duration::from_secs(60)))
+                .unwrap()
+                .try_acquire()
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+        // Waited on once (subscribed), then idle.
+        assert!(
+            client
+                .lock(&n, LockOptions::default())
+                .unwrap()
+                .acquire(Some(Duration::from_millis(50)))
+                .await
+                .is_err()
+        );
+    }
+    let on_healthy = names_on(healthy, "idle-b", 40); // before the pause: it asks every node
+    hung.pause();
+    let stopped = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for name in on_healthy {
+        if stopped.elapsed() > Duration::from_secs(6) {
+            break;
+        }
+        let g = holder
+            .lock(&name, LockOptions::lease(Duration::from_secs(30)))
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .unwrap();
+        let l = client.lock(&name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+        let w = tokio::spawn(async move {
+            (l.acquire(Some(Duration::from_secs(4))).await.map(|g| g.fence()), Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        g.release().await.unwrap();
+        let (r, at) = w.await.unwrap();
+        r.unwrap_or_else(|e| {
+            panic!("{:?} after the stop: a waiter on a healthy master: {e}", released - stopped)
+        });
+        slowest = slowest.max(at.saturating_duration_since(released));
+    }
+    hung.resume();
+    assert!(
+        slowest < Duration::from_millis(1500),
+        "a waiter on a healthy master woke {slowest:?} after the release"
+    );
+}
