@@ -248,7 +248,8 @@ impl Held {
 
     /// Release this level (the lock is freed when the outermost level is released).
     ///
-    /// Raises ``NotHeldError`` from another thread or when already released, ``LostError`` if
+    /// Raises ``NotHeldError`` from another thread while the acquiring thread lives, or when
+    /// already released, ``LostError`` if
     /// the hold was lost meanwhile (nothing of another owner is deleted).
     fn release(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
@@ -256,8 +257,12 @@ impl Held {
         let owner = this.owner.bind(py).upgrade_as::<NativeOwner>()?;
         let mine = match (&owner, this.local.bind(py).upgrade()) {
             (Some(owner), Some(local)) => local.getattr(intern!(py, "owner")).is_ok_and(|o| o.is(owner)),
-            // The owner is gone: its `Lock` was dropped (the acquiring thread may still release
-            // the level it kept), or its thread ended (then no thread may).
+            // The owner is gone while its `Lock` lives: the thread that acquired has ended (its
+            // entry in the local went with it). Nobody can release in its name any more, so
+            // whoever kept the `Held` (a worker thread's return value) may; before, nobody
+            // could, and the hold was renewed for as long as the object was kept.
+            (None, Some(_)) => true,
+            // The `Lock` was dropped: the acquiring thread may still release the level it kept.
             _ => std::thread::current().id() == this.thread,
         };
         if !mine {

@@ -74,6 +74,19 @@ def test_task_cannot_release_another_tasks_hold(redis: RedisServer, name: str) -
     run(redis, body)
 
 
+def test_the_hold_of_an_ended_task_is_released_by_whoever_kept_it(redis: RedisServer, name: str) -> None:
+    # A hold acquired in a task of its own and returned (create_task, or asyncio.wait_for's
+    # inner task on Python 3.11): the task has ended, so the task that kept the hold may release
+    # it. It got NotHeldError, and the hold was renewed for as long as it was kept.
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name, ttl=5)
+        held = await asyncio.create_task(lock.acquire())
+        await held.release()
+        assert await client.inspect(name) is None
+
+    run(redis, body)
+
+
 def test_b9_expired_task_release_fails_and_keeps_the_new_hold(redis: RedisServer, name: str) -> None:
     """One lock object shared by two tasks with expiry in between: A's release must fail."""
 

@@ -162,6 +162,35 @@ def test_a_threads_dropped_hold_lives_until_the_thread_ends(redis: RedisServer, 
     client.close()
 
 
+def test_the_hold_of_an_ended_thread_is_released_by_whoever_kept_it(redis: RedisServer, name: str) -> None:
+    """A worker thread acquires and returns its ``Held``, then ends. Nobody could release it
+    (``NotHeldError`` from every thread) while it was renewed for as long as it was kept; now
+    the thread that kept it may. Control: while the worker lives, another thread may not."""
+    client = ferrolock.Client.connect(redis.url)
+    lock = client.lock(name, ttl=5)
+    kept: List[ferrolock.Held] = []
+    go_on = threading.Event()
+
+    def worker() -> None:
+        kept.append(lock.acquire(wait=0))
+        go_on.wait(10)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        while not kept:
+            time.sleep(0.01)
+        with pytest.raises(ferrolock.NotHeldError):
+            kept[0].release()  # the worker still owns it
+    finally:
+        go_on.set()
+        t.join(5)
+    time.sleep(0.1)  # the thread's state (and its threading.local dicts) is cleared as it ends
+    kept[0].release()
+    assert client.inspect(name) is None
+    client.close()
+
+
 def test_holds_can_be_weakly_referenced(redis: RedisServer, client: ferrolock.Client, name: str) -> None:
     # (Neither Held nor AsyncHeld could: a registry of live holds, weakref.finalize, WeakSet.)
     import asyncio

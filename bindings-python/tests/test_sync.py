@@ -96,7 +96,9 @@ def test_release_from_another_thread_is_not_held_b8(client: ferrolock.Client, na
 
 def test_a_later_thread_with_the_same_ident_does_not_own_a_hold(client: ferrolock.Client, name: str) -> None:
     # The OS gives an ended thread's ident to the next thread (here almost every time): owning a
-    # hold used to mean having its ident.
+    # hold used to mean having its ident. The later thread does not own the dead thread's hold:
+    # `lock.held` is None there and its acquire contends instead of re-entering. (It may release
+    # the `Held` it was handed, as any thread may once the acquiring thread has ended.)
     lock = client.lock(name, ttl=5)
     for _ in range(20):
         box: List[object] = []
@@ -108,17 +110,21 @@ def test_a_later_thread_with_the_same_ident_does_not_own_a_hold(client: ferroloc
 
         def b() -> None:
             box.append(threading.get_ident())
+            box.append(lock.held)
             try:
-                held.release()
-                box.append("released")
-            except ferrolock.NotHeldError:
-                box.append("not held")
+                lock.acquire(wait=0)
+                box.append("re-entered")
+            except ferrolock.AcquireTimeoutError:
+                box.append("contended")
 
         t = threading.Thread(target=b)
         t.start()
         t.join()
-        assert box[2] == "not held", f"a later thread released a dead thread's hold (same ident: {box[1] == ident})"
-        client.force_unlock(name)
+        same = box[1] == ident
+        assert box[2] is None, f"a later thread sees a dead thread's hold as its own (same ident: {same})"
+        assert box[3] == "contended", f"a later thread re-entered a dead thread's hold (same ident: {same})"
+        held.release()
+        assert client.inspect(name) is None
 
 
 def test_a_release_interrupted_by_a_signal_still_releases(

@@ -197,7 +197,8 @@ class Held:
     def on_lost(self, callback: Callable[[LockError], object]) -> None:
         """Call ``callback(error)`` once if the hold is lost."""
     def release(self) -> None:
-        """Release this level; ``NotHeldError`` from another thread or when already released."""
+        """Release this level; ``NotHeldError`` from another thread while the acquiring thread
+        lives, or when already released."""
     def extend(self, ttl: _Duration) -> None:
         """Extend the lease to ``ttl`` from now."""
     def __enter__(self) -> Held: ...

@@ -150,9 +150,14 @@ class AsyncHeld:
             return f"<{type(self).__name__} name={self._name!r} (unusable here)>"
 
     async def release(self) -> None:
-        """Release this level. ``NotHeldError`` from another task or when already released;
+        """Release this level. ``NotHeldError`` from another task while the acquiring task
+        runs, or when already released;
         ``LostError`` if the hold was lost meanwhile (nothing of another owner is deleted)."""
-        if asyncio.current_task() is not self._task():
+        task = self._task()
+        # A task that has ended (a hold returned from create_task, or from asyncio.wait_for's
+        # inner task on Python 3.11) leaves its holds to whoever kept them: nobody can release
+        # them in its name any more, and they would be renewed for as long as they are kept.
+        if task is not None and not task.done() and asyncio.current_task() is not task:
             raise NotHeldError("this hold belongs to another task; release it from that task")
         try:
             await self._guard.release_async()
