@@ -255,7 +255,9 @@ func (h *Held) Release(ctx context.Context) error {
 	}
 }
 
-// Extend sets the lease to ttl from now (owner-checked in Redis). ErrLost if it was lost.
+// Extend sets the lease to ttl from now (owner-checked in Redis): a ttl shorter than what is
+// left shortens it, and on a lock the watchdog renews, ttl becomes the lease of every later
+// renewal too. ErrLost if it was lost.
 func (h *Held) Extend(ctx context.Context, ttl time.Duration) error {
 	if ctx.Err() != nil {
 		return contextError(ctx, ErrTimeout)

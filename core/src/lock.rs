@@ -1275,7 +1275,9 @@ impl Guard {
         }
     }
 
-    /// Extend the lease to `ttl` from now (owner-checked). Fails with [`ErrorKind::Lost`] if the
+    /// Extend the lease to `ttl` from now (owner-checked): it sets the lease, so a `ttl` shorter
+    /// than what is left shortens it. On a lock the watchdog renews, `ttl` becomes the lease of
+    /// every later renewal too (renewed at a third of it). Fails with [`ErrorKind::Lost`] if the
     /// local deadline already passed or the server no longer holds it for this owner, and with
     /// [`ErrorKind::Closed`] once the client is closed.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
