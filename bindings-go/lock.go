@@ -38,7 +38,9 @@ type LockOptions struct {
 }
 
 // Lock is one named lock with its own owner token. Safe for concurrent use; acquiring through the
-// same Lock re-enters (same fence, count+1), from any goroutine. Close it when done.
+// same Lock re-enters (same fence, count+1), from any goroutine: goroutines sharing one Lock
+// share its hold, unlike sync.Mutex. For mutual exclusion between goroutines, give each its own
+// Lock (Client.Lock does no I/O). Close it when done.
 type Lock struct {
 	mu   sync.Mutex
 	ptr  *C.ferrolock_lock // nil once closed
