@@ -150,21 +150,27 @@ impl Watchdog {
 
     /// Track `hold`: renew it if `hold.renew`, and mark it lost at its local deadline.
     pub fn register(&self, hold: &Arc<Hold>, lock: &Lock) {
-        self.insert(hold, lock, None);
+        self.insert(hold, lock, None, Instant::now() + hold.ttl() / 3);
     }
 
     /// Track `hold` again after its last level's release failed, so that a retry finds it
     /// alive: renewals go on for one more lease from now, then stop, and the lease runs out.
     /// A caller that abandons the guard without dropping it (a garbage-collected binding whose
     /// collector has not run yet) thus leaves the lock held for at most about two leases.
+    ///
+    /// The first renewal goes out at once: the failure came after the release's retries
+    /// (seconds, on a server that stopped answering), by when the hold's local deadline may be
+    /// nearer than a third of a lease. It queues behind the release on the connection, so it
+    /// also settles soonest whether that release ran (the renewal is refused, and the fence
+    /// counter says nobody was granted since: released, see `renew`).
     pub fn register_for_retry(&self, hold: &Arc<Hold>, lock: &Lock) {
-        self.insert(hold, lock, Some(Instant::now() + hold.ttl()));
+        let now = Instant::now();
+        self.insert(hold, lock, Some(now + hold.ttl()), now);
     }
 
-    fn insert(&self, hold: &Arc<Hold>, lock: &Lock, renew_until: Option<Instant>) {
+    fn insert(&self, hold: &Arc<Hold>, lock: &Lock, renew_until: Option<Instant>, next_due: Instant) {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        let next_due = now + hold.ttl() / 3;
         // When the scheduler must look at this hold first: its first renewal, or, for a hold
         // that is not renewed, its deadline (to report it lost), as `tick` plans it.
         let due = if hold.renew { next_due.min(hold.deadline()) } else { hold.deadline() };
