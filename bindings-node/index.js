@@ -232,7 +232,7 @@ function acquireOptions(options) {
  */
 Lock.prototype.acquire = async function acquire(options) {
   const { wait, signal } = acquireOptions(options);
-  if (signal?.aborted) throw makeError(CANCELLED, 'the acquire was aborted', signal.reason);
+  if (signal?.aborted) throw makeError(CANCELLED, 'the acquire was cancelled', signal.reason);
   const token = signal ? native._cancelToken() : null;
   const onAbort = () => native._cancel(token);
   signal?.addEventListener('abort', onAbort, { once: true });
@@ -242,7 +242,7 @@ Lock.prototype.acquire = async function acquire(options) {
       // The abort came first (the grant was already on its way): the caller gave up, so hand
       // the grant back instead of resolving with a hold it no longer expects.
       await held.release().catch(() => {});
-      throw makeError(CANCELLED, 'the acquire was aborted', signal.reason);
+      throw makeError(CANCELLED, 'the acquire was cancelled', signal.reason);
     }
     return held;
   } catch (e) {
