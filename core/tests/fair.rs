@@ -30,12 +30,13 @@ async fn until_queued(conn: &mut redis::aio::MultiplexedConnection, name: &str, 
 }
 
 /// Queue `token` on `name` with a raw acquire call, as a client that then died would have: its
-/// entry stays for 60 s and a hand-over gives it a lease of `lease_ms`.
+/// entry stays for `stay_ms` (what was left of its wait) and a hand-over gives it a lease of
+/// `lease_ms`.
 async fn queue_dead_waiter(
     data: &mut redis::aio::MultiplexedConnection,
     name: &str,
     token: &str,
-    lease_ms: u64,
+    (lease_ms, stay_ms): (u64, u64),
     offer_ms: Option<u64>,
 ) {
     let script = redis::Script::new(include_str!("../scripts/acquire.lua"));
@@ -47,7 +48,7 @@ async fn queue_dead_waiter(
         .arg(lease_ms)
         .arg(60_000)
         .arg(10)
-        .arg(60_000);
+        .arg(stay_ms);
     if let Some(offer) = offer_ms {
         inv.arg("").arg("").arg(offer); // ARGV[8], as a current client sends it
     }
@@ -200,7 +201,7 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
     // Control: a queued waiter that never leaves (a raw script call, as by a client that died)
     // is handed the lock, and the live waiter behind it does not get it within the same bound.
     let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
-    queue_dead_waiter(&mut data, "leave", "dead-token", 10_000, None).await;
+    queue_dead_waiter(&mut data, "leave", "dead-token", (10_000, 60_000), None).await;
     let waiter = connect(&server).await.lock("leave", opts(true)).unwrap();
     let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(2))).await.map(|_| ()) });
     until_queued(&mut data, "leave", 2).await;
@@ -451,7 +452,7 @@ async fn waiters_behind_a_dead_grantee_try_when_its_lease_ends() {
     let holder = connect(&server).await.lock("dead", opts(true)).unwrap();
     let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
     let dead = "dead00000000000000000000000000ff";
-    queue_dead_waiter(&mut data, "dead", dead, 500, None).await;
+    queue_dead_waiter(&mut data, "dead", dead, (500, 60_000), None).await;
     let waiter = connect(&server).await.lock("dead", opts(true)).unwrap();
     let w = tokio::spawn(async move { waiter.acquire(Some(Duration::from_secs(5))).await });
     until_queued(&mut data, "dead", 2).await;
@@ -524,7 +525,8 @@ async fn a_stale_queue_entry_holds_the_lock_only_briefly() {
     // the client sends it). Made with a raw call: cancelling a live waiter can land while its
     // try is in flight, and that try's undo leaves the queue.
     let stale_token = "stale-token";
-    queue_dead_waiter(&mut data, name, stale_token, stale_lease.as_millis() as u64, Some(2_000)).await;
+    queue_dead_waiter(&mut data, name, stale_token, (stale_lease.as_millis() as u64, 60_000), Some(2_000))
+        .await;
     assert_eq!(queue_len(&mut data, name).await, 1, "the stale entry is not queued");
 
     let live = connect(&server).await.lock(name, opts(true)).unwrap();
@@ -663,4 +665,32 @@ async fn a_handed_over_fence_is_above_the_stored_counter() {
         assert_eq!(g2.fence(), ahead + 1, "forced: {forced}: not above the stored counter {ahead}");
         g2.release().await.unwrap();
     }
+}
+
+// A hand-over skips a queued waiter whose stay has run out (a waiter that queued with little of
+// its wait left and vanished): the release hands the lock to the live waiter behind it. The
+// dead waiters of the other tests stay 60 s, so only the short offer defended against them and
+// a hand-over that ignored the stay passed every test (mutation review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_stay_ran_out_is_not_handed_the_lock() {
+    let server = RedisServer::start();
+    let mut data = data_conn(&server).await;
+    let name = "stay-out";
+    let holder = connect(&server).await.lock(name, opts(true)).unwrap();
+    let g = holder.acquire(Some(Duration::ZERO)).await.unwrap();
+    let stale = "stale0000000000000000000000000ff";
+    queue_dead_waiter(&mut data, name, stale, (10_000, 200), None).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // its stay is over; the entry remains
+    let entry: Option<String> = data.hget(format!("ferrolock:{{{name}}}:waiters"), stale).await.unwrap();
+    assert!(entry.is_some(), "control: the expired entry is still in the table");
+    let live = connect(&server).await.lock(name, opts(true)).unwrap();
+    let w = tokio::spawn(async move { live.acquire(Some(Duration::from_secs(20))).await });
+    until_queued(&mut data, name, 2).await;
+    g.release().await.unwrap();
+    let owner: Option<String> = data.hget(format!("ferrolock:{{{name}}}"), "owner").await.unwrap();
+    assert_ne!(owner.as_deref(), Some(stale), "the hand-over went to a waiter whose stay had run out");
+    let got = tokio::time::timeout(Duration::from_secs(1), w)
+        .await
+        .expect("the live waiter was not handed the lock");
+    got.unwrap().unwrap().release().await.unwrap();
 }

@@ -244,3 +244,25 @@ async fn a_request_on_the_multiplexed_connection_does_not_overtake_the_hot_ones(
         );
     }
 }
+
+// The password is rotated after the client connected: its multiplexed connection stays
+// authenticated, but the hot connection (opened on the first acquire) is refused at AUTH. Locks
+// keep working through the multiplexed connection; a hot path that returned its connect error
+// instead passed every test (mutation review). Control: new connections are refused.
+#[tokio::test]
+async fn a_hot_connection_that_cannot_open_falls_back_to_the_multiplexed_one() {
+    let server = RedisServer::start_with(&["--requirepass", "old-pass"]);
+    let url = format!("redis://:old-pass@127.0.0.1:{}", server.port());
+    let client = Client::connect(&url, ClientOptions::default()).await.unwrap();
+    assert!(client.set_hot_path_for_tests(true), "a redis:// client has a hot-path connection");
+    client.inspect("warm").await.unwrap(); // the multiplexed connection is up and authenticated
+    let mut admin = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("requirepass").arg("new-pass").query(&mut admin).unwrap();
+    let lock = client.lock("rotated", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    for _ in 0..3 {
+        let g = lock.acquire(Some(Duration::ZERO)).await.expect("acquire through the multiplexed connection");
+        g.release().await.expect("release through the multiplexed connection");
+    }
+    let refused = redis::Client::open(url.as_str()).unwrap().get_connection().is_err();
+    assert!(refused, "control: the old password is still accepted");
+}

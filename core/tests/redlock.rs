@@ -1539,3 +1539,35 @@ async fn a_cancelled_wait_quotes_a_quorum_it_could_not_reach() {
     assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
     assert!(e.message().contains("the last attempt failed: QUORUM_NOT_REACHED"), "{e}");
 }
+
+// The acquire reaches a stopped master and times out there (the master lags from then on); four
+// others grant the round. The release comes after that timeout. Once the master goes on, it runs
+// the late acquire, and the release must follow it there: otherwise a ghost hold sits on that
+// master for the whole lease (30 s here), one fewer master for the next quorum. The test that
+// releases before the master is marked lagging did not reach this (mutation review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_follows_an_acquire_that_timed_out_on_a_stopped_master() {
+    let servers = start_many(5);
+    let mut opts = ClientOptions::default();
+    opts.redlock_node_timeout = Duration::from_millis(100);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let client = Client::connect_redlock(&urls, opts).await.unwrap();
+    let lock = client.lock("late", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    every_master_takes_part(&lock, &servers, "late").await;
+    let stopped = &servers[4];
+    let fence_before: Option<String> = stopped.cmd(&["GET", "ferrolock:{late}:fence"]);
+    stopped.pause();
+    let g = lock.try_acquire().await.unwrap().expect("a quorum of four grants");
+    tokio::time::sleep(Duration::from_millis(300)).await; // the acquire there timed out: lagging
+    g.release().await.unwrap();
+    stopped.resume();
+    // Control: the late acquire did run there (the fence counter moved) ...
+    let ran = within(Duration::from_secs(2), || {
+        stopped.cmd::<Option<String>>(&["GET", "ferrolock:{late}:fence"]) != fence_before
+    })
+    .await;
+    assert!(ran, "control: the late acquire never ran on the resumed master");
+    // ... and the release followed it: no hold is left there.
+    let cleared = within(Duration::from_secs(2), || !holds(stopped, "late")).await;
+    assert!(cleared, "a ghost hold stays on the resumed master for its lease");
+}

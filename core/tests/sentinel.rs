@@ -101,6 +101,14 @@ async fn locks_follow_a_sentinel_failover() {
     // expire on the promoted replica before this client switches; then it must say so.
     let short = holder_client.lock("short", LockOptions::renewing(Duration::from_millis(1500))).unwrap();
     let short_guard = short.try_acquire().await.unwrap().expect("free");
+    // A waiter that waits across the failover, behind a fixed 20 s lease: only the release
+    // message, on the new master, can wake it in time (its channel must be subscribed there).
+    let waited = holder_client.lock("waited", LockOptions::lease(Duration::from_secs(20))).unwrap();
+    let waited_guard = waited.try_acquire().await.unwrap().expect("free");
+    let waiter = {
+        let lock = client.lock("waited", LockOptions::lease(Duration::from_secs(5))).unwrap();
+        tokio::spawn(async move { lock.acquire(Some(Duration::from_secs(25))).await })
+    };
     // A worker takes and releases a lock in a loop through the failover.
     let stop = Arc::new(AtomicBool::new(false));
     let (ok_total, ok_after) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -154,6 +162,17 @@ async fn locks_follow_a_sentinel_failover() {
     }
     stop.store(true, Ordering::Release);
     worker.await.unwrap();
+
+    // The waiter across the failover is woken by the release on the new master.
+    assert!(!waiter.is_finished(), "control: the waiter got the lock before its release");
+    waited_guard.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(3), waiter).await;
+    got.expect("the waiter was not woken by the release on the new master")
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 
     // The holder across the failover: after a few renewal periods it is Held with its hold on
     // the new master, or it knows it is not (InDoubt/Lost). Never Held with the hold gone.

@@ -1506,3 +1506,115 @@ async fn a_release_that_failed_on_a_stopped_server_and_then_ran_is_not_a_loss() 
     assert_eq!(lost.load(Ordering::SeqCst), 0, "on_lost ran for a lock released as asked");
     assert!(client.inspect("released-late").await.unwrap().is_none());
 }
+
+// After SCRIPT FLUSH (mutation review: a watchdog that did not load the script again passed) the watchdog's pipelined EVALSHA renewals get NOSCRIPT; the
+// watchdog must load the extend script and go on renewing. (acl.rs flushes too, but then
+// calls extend(), whose auto-loading Script reloads it for the watchdog; single_node.rs and
+// redlock.rs flush while no single-node hold lives long enough to be renewed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_go_on_after_a_script_flush() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let ttl = Duration::from_millis(600);
+    let lock = client.lock("flush-renew", LockOptions::renewing(ttl)).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+    let t0 = Instant::now();
+    while t0.elapsed() < ttl * 3 {
+        assert_eq!(g.state(), LockState::Held, "lost {:?} after SCRIPT FLUSH", t0.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(client.inspect("flush-renew").await.unwrap().is_some(), "the hold expired on the server");
+    // Control: the flush bit (the extend script had to be loaded again).
+    let loads = server.command_calls().get("script|load").copied().unwrap_or(0);
+    assert!(loads > 0, "control: no SCRIPT LOAD seen, so the flush never met a renewal");
+    g.release().await.unwrap();
+}
+
+// (Mutation review.) After a last release fails (BUSY), the hold is renewed for one more lease only, in case
+// the guard was abandoned without being dropped (a binding's collector that has not run).
+// a_reentry_after_a_failed_release_is_renewed checks the lifting of the cut-off; nothing checks
+// that the cut-off exists. Here the guard stays alive and untouched: the lock must be free on
+// the server after about two leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_guard_after_a_failed_release_frees_the_lock_within_two_leases() {
+    let server = RedisServer::start_with(&["--busy-reply-threshold", "10"]);
+    let client = connect_with(&server, fast_opts()).await;
+    let ttl = Duration::from_millis(900);
+    let lock = client.lock("abandoned", LockOptions::renewing(ttl)).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let busy = {
+        let mut c = server.conn().unwrap();
+        std::thread::spawn(move || {
+            let spin = "local t = redis.call('TIME') local until_us = t[1] * 1000000 + t[2] + 400000 \
+                        repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] > until_us return 1";
+            let _: i64 = redis::cmd("EVAL").arg(spin).arg(0).query(&mut c).unwrap();
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let e = g.release().await.unwrap_err();
+    assert!(e.kind().is_transient(), "{e}");
+    let failed_at = Instant::now();
+    tokio::task::spawn_blocking(move || busy.join().unwrap()).await.unwrap();
+    // Control: renewed meanwhile (a retry would find it), i.e. still there after one lease.
+    tokio::time::sleep(ttl.saturating_sub(failed_at.elapsed()) + Duration::from_millis(100)).await;
+    assert!(client.inspect("abandoned").await.unwrap().is_some(), "control: not kept for a retry");
+    // The guard `g` is alive and never touched again: at most ~2 leases after the failure, free.
+    while client.inspect("abandoned").await.unwrap().is_some() {
+        assert!(
+            failed_at.elapsed() < ttl * 2 + Duration::from_millis(600),
+            "an abandoned guard keeps the lock {:?} after its failed release",
+            failed_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(g);
+}
+
+// (Mutation review.) A renewal's validity counts from when it was sent, not from its reply (DESIGN §4). The
+// first round covered this for acquires only. The server is paused while a renewal is on its
+// way; once the reply lands, the local deadline must be about (send + ttl), not (reply + ttl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_renewal_reply_counts_from_its_send() {
+    let server = RedisServer::start();
+    let mut o = ClientOptions::default();
+    o.response_timeout = Duration::from_millis(2500);
+    let client = connect_with(&server, o).await;
+    let ttl = Duration::from_millis(3000); // renewals due every 1 s
+    let lock = client.lock("late-renew", LockOptions::renewing(ttl)).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    // The first renewal (~1 s) loads the extend script (NOSCRIPT on a fresh server, retried at
+    // once); the second (~2 s) is the one measured. Paused from ~1.9 s for 700 ms (Redis ends a
+    // pause on its cron, up to 100 ms late): it goes out at ~2 s and is answered at ~2.6-2.7 s;
+    // the third is due at ~3 s (the deadline is read in between).
+    tokio::time::sleep(Duration::from_millis(1900)).await;
+    let first_deadline = Instant::now() + g.remaining();
+    let paused_at = Instant::now();
+    let _: () = server.cmd(&["CLIENT", "PAUSE", "700", "ALL"]);
+    // Until the renewal counted (the deadline moved).
+    let t0 = Instant::now();
+    let deadline = loop {
+        let d = Instant::now() + g.remaining();
+        if d > first_deadline + Duration::from_millis(50) {
+            break d;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(3), "control: no renewal counted");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    assert!(
+        paused_at.elapsed() >= Duration::from_millis(600),
+        "control: the renewal did not wait out the pause"
+    );
+    // Sent at about paused_at + 100 ms: its deadline is about paused_at + 100 ms + ttl − drift.
+    // Counted from the reply (paused_at + 700-800 ms) it would be ~600-700 ms later.
+    let limit = paused_at + Duration::from_millis(400) + ttl;
+    assert!(
+        deadline <= limit,
+        "the renewal's validity counts from its reply: deadline {:?} after the pause began, limit {:?}",
+        deadline - paused_at,
+        limit - paused_at
+    );
+    assert_eq!(g.state(), LockState::Held);
+    g.release().await.unwrap();
+}
