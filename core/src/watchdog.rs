@@ -158,14 +158,16 @@ impl Watchdog {
     /// A caller that abandons the guard without dropping it (a garbage-collected binding whose
     /// collector has not run yet) thus leaves the lock held for at most about two leases.
     ///
-    /// The first renewal goes out at once: the failure came after the release's retries
-    /// (seconds, on a server that stopped answering), by when the hold's local deadline may be
-    /// nearer than a third of a lease. It queues behind the release on the connection, so it
-    /// also settles soonest whether that release ran (the renewal is refused, and the fence
-    /// counter says nobody was granted since: released, see `renew`).
+    /// The first renewal is due a third of a lease from now, as usual, but no later than a third
+    /// of a lease before the hold's local deadline (at once if that has passed): the failure
+    /// comes after the release's own retries (seconds, on a server that stopped answering),
+    /// and renewed on the usual schedule the hold reached its deadline first and was reported
+    /// lost, also when the release ran once the server answered again.
     pub fn register_for_retry(&self, hold: &Arc<Hold>, lock: &Lock) {
         let now = Instant::now();
-        self.insert(hold, lock, Some(now + hold.ttl()), now);
+        let third = hold.ttl() / 3;
+        let due = (now + third).min(hold.deadline().checked_sub(third).unwrap_or(now)).max(now);
+        self.insert(hold, lock, Some(now + hold.ttl()), due);
     }
 
     fn insert(&self, hold: &Arc<Hold>, lock: &Lock, renew_until: Option<Instant>, next_due: Instant) {
