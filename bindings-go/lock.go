@@ -164,9 +164,14 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 		}
 		return nil, err
 	}
+	return deliver(ctx, g)
+}
+
+// deliver makes the Held of a grant, unless ctx ended meanwhile: the caller will not use a grant
+// that raced with the end of ctx, so it is given back at once.
+func deliver(ctx context.Context, g *C.ferrolock_guard) (*Held, error) {
 	h := newHeld(ctx, g)
 	if ctx.Err() != nil {
-		// Granted just as ctx ended: the caller will not use it, so give it back now.
 		_ = h.Release(context.Background())
 		h.Close()
 		return nil, contextError(ctx, ErrAcquireTimeout)
@@ -227,14 +232,7 @@ func (l *Lock) TryAcquire(ctx context.Context) (*Held, error) {
 	if g == nil {
 		return nil, nil
 	}
-	h := newHeld(ctx, g)
-	if ctx.Err() != nil {
-		// Granted just as ctx ended: the caller will not use it, so give it back now.
-		_ = h.Release(context.Background())
-		h.Close()
-		return nil, contextError(ctx, ErrAcquireTimeout)
-	}
-	return h, nil
+	return deliver(ctx, g)
 }
 
 // load and take treat a nil *Lock as closed (ErrClosed, never a panic).

@@ -166,21 +166,25 @@ pub unsafe extern "C" fn ferrolock_lock_acquire_cancellable(
             let guard = if cancel.is_null() {
                 blocking::block_on(async move { l.acquire(wait).await })?
             } else {
-                let mut rx = CANCELS.get(cancel)?.subscribe();
-                blocking::block_on(async move {
-                    let cancelled = async move {
-                        if rx.wait_for(|c| *c).await.is_err() {
-                            std::future::pending::<()>().await; // token freed: never fires
-                        }
-                    };
-                    // CANCELLED, quoting the last attempt's failure if the attempts failed.
-                    l.acquire_cancellable(wait, cancelled).await
-                })?
+                let cancelled = triggered(cancel)?;
+                // CANCELLED, quoting the last attempt's failure if the attempts failed.
+                blocking::block_on(async move { l.acquire_cancellable(wait, cancelled).await })?
             };
             write(out_guard, GUARDS.insert(guard));
             Ok(())
         })
     }
+}
+
+/// Resolves once `cancel` is triggered (never if the token is freed first); CLOSED for a token
+/// already freed.
+fn triggered(cancel: *const ferrolock_cancel) -> Result<impl Future<Output = ()> + Send + 'static, Error> {
+    let mut rx = CANCELS.get(cancel)?.subscribe();
+    Ok(async move {
+        if rx.wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await; // token freed: never fires
+        }
+    })
 }
 
 /// One attempt without waiting. On success `*out_guard` is a new guard, or NULL when another
@@ -223,13 +227,8 @@ pub unsafe extern "C" fn ferrolock_lock_try_acquire_cancellable(
             let guard = if cancel.is_null() {
                 blocking::block_on(async move { l.try_acquire().await })?
             } else {
-                let mut rx = CANCELS.get(cancel)?.subscribe();
+                let cancelled = triggered(cancel)?;
                 blocking::block_on(async move {
-                    let cancelled = async move {
-                        if rx.wait_for(|c| *c).await.is_err() {
-                            std::future::pending::<()>().await; // token freed: never fires
-                        }
-                    };
                     tokio::select! {
                         biased;
                         // Dropping the attempt undoes it, as for a cancelled acquire.

@@ -223,6 +223,26 @@ async fn poll_once<F: std::future::Future + Unpin>(mut f: F) -> std::task::Poll<
     std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut f).poll(cx))).await
 }
 
+/// `g`'s last release fails without reaching the server: a script runs 400 ms and the server
+/// (started with `--busy-reply-threshold 10`) answers everyone else BUSY meanwhile. Returns when
+/// the release failed; the script has ended when this returns.
+async fn release_fails_while_busy(server: &RedisServer, g: &ferrolock::Guard) -> Instant {
+    let busy = {
+        let mut c = server.conn().unwrap();
+        std::thread::spawn(move || {
+            let spin = "local t = redis.call('TIME') local until_us = t[1] * 1000000 + t[2] + 400000 \
+                        repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] > until_us return 1";
+            let _: i64 = redis::cmd("EVAL").arg(spin).arg(0).query(&mut c).unwrap();
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let e = g.release().await.unwrap_err();
+    assert!(e.kind().is_transient(), "{e}");
+    let failed_at = Instant::now();
+    tokio::task::spawn_blocking(move || busy.join().unwrap()).await.unwrap();
+    failed_at
+}
+
 // After a last release fails without reaching the server (BUSY), the watchdog renews the hold for
 // one more lease only, in case the guard was abandoned. A re-entry says it was not: the hold is
 // renewed as before (the cut-off used to stay, and the re-entered hold was lost one lease later).
@@ -233,19 +253,7 @@ async fn a_reentry_after_a_failed_release_is_renewed() {
     let ttl = Duration::from_millis(900);
     let lock = client.lock("retry-reenter", LockOptions::renewing(ttl)).unwrap();
     let first = lock.acquire(Some(Duration::ZERO)).await.unwrap();
-    let busy = {
-        let mut c = server.conn().unwrap();
-        std::thread::spawn(move || {
-            // A script that runs 400 ms: the server answers everyone else BUSY meanwhile.
-            let spin = "local t = redis.call('TIME') local until_us = t[1] * 1000000 + t[2] + 400000 \
-                        repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] > until_us return 1";
-            let _: i64 = redis::cmd("EVAL").arg(spin).arg(0).query(&mut c).unwrap();
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let e = first.release().await.unwrap_err();
-    assert!(e.kind().is_transient(), "{e}");
-    tokio::task::spawn_blocking(move || busy.join().unwrap()).await.unwrap();
+    release_fails_while_busy(&server, &first).await;
     let again = lock.acquire(Some(Duration::ZERO)).await.unwrap();
     assert_eq!(again.count(), 2);
     let t0 = Instant::now();
@@ -1549,19 +1557,7 @@ async fn an_abandoned_guard_after_a_failed_release_frees_the_lock_within_two_lea
     let ttl = Duration::from_millis(900);
     let lock = client.lock("abandoned", LockOptions::renewing(ttl)).unwrap();
     let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
-    let busy = {
-        let mut c = server.conn().unwrap();
-        std::thread::spawn(move || {
-            let spin = "local t = redis.call('TIME') local until_us = t[1] * 1000000 + t[2] + 400000 \
-                        repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] > until_us return 1";
-            let _: i64 = redis::cmd("EVAL").arg(spin).arg(0).query(&mut c).unwrap();
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let e = g.release().await.unwrap_err();
-    assert!(e.kind().is_transient(), "{e}");
-    let failed_at = Instant::now();
-    tokio::task::spawn_blocking(move || busy.join().unwrap()).await.unwrap();
+    let failed_at = release_fails_while_busy(&server, &g).await;
     // Control: renewed meanwhile (a retry would find it), i.e. still there after one lease.
     tokio::time::sleep(ttl.saturating_sub(failed_at.elapsed()) + Duration::from_millis(100)).await;
     assert!(client.inspect("abandoned").await.unwrap().is_some(), "control: not kept for a retry");
