@@ -321,6 +321,44 @@ func TestTryAcquireEndsWithItsContext(t *testing.T) {
 	}
 }
 
+// endsOnSecondErr is a cancellable context cancelled by the second call of Err: the first is
+// Acquire's check on entry, the next one comes after the grant. Done and Err stay consistent.
+type endsOnSecondErr struct {
+	context.Context
+	cancel context.CancelFunc
+	calls  atomic.Int32
+}
+
+func (c *endsOnSecondErr) Err() error {
+	if c.calls.Add(1) >= 2 {
+		c.cancel()
+	}
+	return c.Context.Err()
+}
+
+// A grant that races with the end of ctx is released and Acquire fails: ctx ends exactly while
+// the grant is on its way back. TestAcquireCancellationLeaksNothing's storm reaches that window
+// only by chance and accepts a success, so an Acquire that kept the grant passed it (mutation
+// review of the bindings).
+func TestAGrantRacingTheEndOfCtxIsReleased(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	l := newLock(t, c, "grant-race", lease(5*time.Second))
+	inner, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h, err := l.Acquire(&endsOnSecondErr{Context: inner, cancel: cancel})
+	if err == nil {
+		h.Close()
+		t.Fatal("Acquire returned a hold although its ctx ended before it returned")
+	}
+	if !errors.Is(err, ferrolock.ErrCancelled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire: %v, want ErrCancelled wrapping context.Canceled", err)
+	}
+	if !isFree(t, newLock(t, c, "grant-race", lease(5*time.Second))) {
+		t.Fatal("the grant that raced the end of ctx was left held")
+	}
+}
+
 // A Release whose ctx ended before the server answered goes on in the background; retried, it
 // waits for that one and reports success. The retry used to be told ErrNotHeld ("already
 // released") while the hold was still in Redis and the first release's outcome unknown.

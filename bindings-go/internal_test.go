@@ -49,7 +49,11 @@ func TestLostClosesAfterTheContextIsCancelled(t *testing.T) {
 	if closedFirst {
 		t.Fatal("Lost() was closed before the context was cancelled")
 	}
-	<-st.ch
+	select {
+	case <-st.ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost() was never closed")
+	}
 	if !errors.Is(context.Cause(ctx), ErrLost) {
 		t.Fatalf("cause = %v, want ErrLost", context.Cause(ctx))
 	}

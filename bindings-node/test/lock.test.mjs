@@ -331,6 +331,22 @@ describe('cancellation', () => {
     assert.equal(await client.inspect(name), null, 'a hold was left behind');
   });
 
+  test('a grant made before the abort but seen after it is handed back', async () => {
+    // The race above reaches the hand-back only by chance. Here JS stays busy while the
+    // runtime's background driver grants (driver.rs), so the abort lands after the grant and
+    // before JS has seen it, every time: a hand-back that kept the grant passed the race.
+    const name = fresh('late-grant');
+    const ac = new AbortController();
+    const p = client.lock(name, { ttl: 5000 }).acquire({ signal: ac.signal });
+    const until = Date.now() + 300;
+    while (Date.now() < until); // busy: the background driver grants meanwhile
+    ac.abort(new Error('gave up'));
+    await assert.rejects(p, { code: 'CANCELLED' });
+    let left;
+    for (let i = 0; i < 100 && (left = await client.inspect(name)) !== null; i++) await sleep(20);
+    assert.equal(left, null, 'the grant seen after the abort was kept');
+  });
+
   test('an already aborted signal and AbortSignal.timeout', async () => {
     const name = fresh('cancel2');
     const holder = await client.lock(name, { ttl: 5000 }).acquire();
@@ -401,6 +417,15 @@ describe('helpers', () => {
     assert.equal(h.state, 'released');
     assert.equal(await client.inspect(name), null);
     await h[Symbol.asyncDispose]();
+  });
+
+  test('Symbol.asyncDispose of a hold lost before the release rejects with LOST', async () => {
+    // `await using` around a critical section that outran its lease must not end silently
+    // (only the no-op on a released hold was tested: a dispose that swallowed LOST passed).
+    const h = await client.lock(fresh('dispose-lost'), { ttl: 200 }).acquire();
+    await sleep(350); // the fixed lease runs out
+    assert.equal(h.state, 'lost');
+    await assert.rejects(h[Symbol.asyncDispose](), { code: 'LOST' });
   });
 });
 

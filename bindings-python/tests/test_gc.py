@@ -214,3 +214,41 @@ def test_the_hold_of_an_ended_task_stops_renewing_without_the_collector(redis: R
     finally:
         done.set()
         loop_thread.join(5)
+
+
+# "Garbage collection never releases a lock" from the other side: the tests above bound how late
+# a dropped hold frees the lock; these check it is not freed early (deleted in Redis at the
+# drop), which they could not see (mutation review of the bindings). Go and Node test the same.
+DROP_TTL = 4.0  # a fixed lease: "still taken 0.5 s after the drop" is unambiguous
+
+
+def test_a_dropped_hold_is_not_released(redis: RedisServer, name: str) -> None:
+    client = ferrolock.Client.connect(redis.url)
+    lock = client.lock(name, ttl=DROP_TTL, renew=False)
+    fence: List[int] = []
+    t = threading.Thread(target=lambda: fence.append(lock.acquire().fence))  # nobody keeps the Held
+    t.start()
+    t.join()
+    gc.collect()
+    time.sleep(0.5)  # a release at the drop would have landed by now
+    info = client.inspect(name)
+    assert info is not None and info.fence == fence[0], "a dropped Held released the lock in Redis"
+    client.close()
+
+
+def test_a_dropped_async_hold_is_not_released(redis: RedisServer, name: str) -> None:
+    async def body() -> None:
+        client = await ferrolock.AsyncClient.connect(redis.url)
+        lock = client.lock(name, ttl=DROP_TTL, renew=False)
+
+        async def take() -> int:
+            return (await lock.acquire()).fence  # the task ends holding; the AsyncHeld is dropped
+
+        fence = await asyncio.create_task(take())
+        gc.collect()
+        await asyncio.sleep(0.5)
+        info = await client.inspect(name)
+        assert info is not None and info.fence == fence, "a dropped AsyncHeld released the lock in Redis"
+        client.close()
+
+    asyncio.run(body())
