@@ -680,6 +680,9 @@ impl Lock {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             released: AtomicBool::new(false),
             done: AtomicBool::new(false),
+            dropped: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            unseen: Mutex::new(None),
         };
         Guard { lock: self.clone(), hold, flags: Arc::new(flags) }
     }
@@ -971,24 +974,62 @@ struct Flags {
     /// This level was released: the guard reports `Released` from then on, even while other
     /// levels of the same hold stay live or after the hold is lost.
     done: AtomicBool,
+    /// The guard was dropped (a release finishing in the background gives its level up then).
+    dropped: AtomicBool,
+    /// The level was given up ([`Guard::gone`] ran for it: once, whoever comes first).
+    gone: AtomicBool,
+    /// The outcome of a release whose caller stopped waiting for it (see [`ReleaseRest`]).
+    unseen: Mutex<Option<watch::Receiver<Option<Result<()>>>>>,
+}
+
+impl Flags {
+    /// Give this level up, once (see [`Guard::gone`]).
+    fn give_up(&self, lock: &Lock, hold: &Hold) {
+        if !self.gone.swap(true, Ordering::AcqRel) {
+            Guard::gone(lock, hold);
+        }
+    }
+
+    /// Record a release's outcome: a transient failure leaves the level held, so that the call
+    /// can be retried (or, once the guard is dropped, gives it up to its lease).
+    fn settle(&self, lock: &Lock, hold: &Hold, r: &Result<()>) {
+        match r {
+            Err(e) if e.kind().is_transient() => {
+                // SeqCst with `Guard::drop`: one of the two sees the other's store.
+                self.released.store(false, Ordering::SeqCst);
+                if self.dropped.load(Ordering::SeqCst) {
+                    self.give_up(lock, hold);
+                }
+            }
+            Ok(()) => {
+                self.done.store(true, Ordering::Release);
+                hold.forget_lost(self.id);
+                self.give_up(lock, hold);
+            }
+            Err(_) => self.give_up(lock, hold),
+        }
+    }
 }
 
 /// The rest of a release whose caller stopped waiting for it (its future was dropped before the
 /// reply was handled): sent again in the background (the count it sends is absolute, so a second
-/// send is harmless). Whatever the outcome, the guard's level is given up; a failure leaves the
-/// lock to its lease (the watchdog renews it once more, as after any failed last release).
+/// send is harmless), and its outcome kept for the guard's next release, which waits for it and
+/// reports it (a caller that retries after its timeout learns that the release went through,
+/// rather than being told the guard was already released). A transient failure leaves the level
+/// held, as for any release: that next release sends it again; until then the watchdog renews
+/// the hold once more, and a guard dropped meanwhile leaves the lock to its lease.
 struct ReleaseRest(Option<(Lock, Arc<Hold>, Arc<Flags>)>);
 
 impl Drop for ReleaseRest {
     fn drop(&mut self) {
         if let Some((lock, hold, flags)) = self.0.take() {
+            let (tx, rx) = watch::channel(None);
+            *flags.unseen.lock().unwrap_or_else(|p| p.into_inner()) = Some(rx);
             let rt = lock.inner.client.inner.runtime.clone();
             rt.spawn(async move {
-                if Guard::release_level(&lock, &hold).await.is_ok() {
-                    flags.done.store(true, Ordering::Release);
-                    hold.forget_lost(flags.id);
-                }
-                Guard::gone(&lock, &hold);
+                let r = Guard::release_level(&lock, &hold).await;
+                flags.settle(&lock, &hold, &r);
+                tx.send_replace(Some(r));
             });
         }
     }
@@ -1155,22 +1196,39 @@ impl Guard {
     }
 
     async fn release_open(&self) -> Result<()> {
+        if let Some(r) = self.unseen_release().await {
+            return r;
+        }
         if self.flags.released.swap(true, Ordering::AcqRel) {
             return Err(self.already_released());
         }
         let mut rest = ReleaseRest(Some((self.lock.clone(), self.hold.clone(), self.flags.clone())));
         let r = Self::release_level(&self.lock, &self.hold).await;
         rest.0 = None;
-        match &r {
-            Err(e) if e.kind().is_transient() => self.flags.released.store(false, Ordering::Release),
-            Ok(()) => {
-                self.flags.done.store(true, Ordering::Release);
-                self.hold.forget_lost(self.owner_key());
-                Self::gone(&self.lock, &self.hold);
-            }
-            Err(_) => Self::gone(&self.lock, &self.hold),
-        }
+        self.flags.settle(&self.lock, &self.hold, &r);
         r
+    }
+
+    /// Wait for a release of this guard that finishes in the background ([`ReleaseRest`]) and
+    /// take its outcome; `None` when there is none, or when it failed transiently (the level is
+    /// still held: this call sends the release again).
+    async fn unseen_release(&self) -> Option<Result<()>> {
+        let slot = || self.flags.unseen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rx = slot().clone()?;
+        let r = match rx.wait_for(Option::is_some).await {
+            Ok(r) => r.clone().unwrap_or(Ok(())),
+            // The task was dropped unfinished: its runtime is shutting down with the client.
+            Err(_) => Err(Error::new(ErrorKind::Closed, "the client was closed during the release")),
+        };
+        let mut slot = slot();
+        if slot.as_ref().is_some_and(|s| s.same_channel(&rx)) {
+            *slot = None;
+        }
+        drop(slot);
+        match r {
+            Err(e) if e.kind().is_transient() => None,
+            r => Some(r),
+        }
     }
 
     /// One guard of `hold` is gone (dropped, or its level released): when it was the last live
@@ -1325,9 +1383,11 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if !self.flags.released.load(Ordering::Acquire) {
+        // SeqCst with `Flags::settle` (a release failing in the background meanwhile).
+        self.flags.dropped.store(true, Ordering::SeqCst);
+        if !self.flags.released.load(Ordering::SeqCst) {
             // Never release in Redis from a destructor: the lease runs out.
-            Self::gone(&self.lock, &self.hold);
+            self.flags.give_up(&self.lock, &self.hold);
         }
     }
 }

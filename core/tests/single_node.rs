@@ -764,10 +764,14 @@ async fn a_wait_on_a_stopped_server_quotes_the_failure() {
 // A release whose future is dropped before its reply (a timeout around it, a cancelled task) is
 // finished in the background: the guard reads released and the lock is free once the server
 // answers (before, the guard read "held", could not be released again, and renewal had stopped).
+// The guard's next release waits for it and reports it (it used to say "already released",
+// while that release could still fail): retried while it is on its way, or after it landed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_release_is_finished_in_the_background() {
     let server = RedisServer::start();
-    let client = connect_with(&server, fast_opts()).await;
+    let mut opts = fast_opts();
+    opts.response_timeout = Duration::from_secs(5); // a loaded machine resumes the server in time
+    let client = connect_with(&server, opts).await;
     let lock = client.lock("dropped-release", LockOptions::lease(Duration::from_secs(10))).unwrap();
     for levels in [1, 2] {
         let outer = lock.acquire(Some(Duration::ZERO)).await.unwrap();
@@ -777,19 +781,72 @@ async fn a_dropped_release_is_finished_in_the_background() {
             tokio::time::timeout(Duration::from_millis(50), g.release()).await.is_err(),
             "released while stopped"
         );
-        server.resume();
-        let t0 = Instant::now();
-        while g.state() != LockState::Released && t0.elapsed() < Duration::from_secs(3) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        if levels == 1 {
+            let (retry, ()) = tokio::join!(g.release(), async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                server.resume();
+            });
+            retry.expect("a retry while the release is on its way reports it");
+        } else {
+            server.resume();
+            let t0 = Instant::now();
+            while g.state() != LockState::Released && t0.elapsed() < Duration::from_secs(3) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(g.state(), LockState::Released, "{levels} level(s)");
+            g.release().await.expect("a retry after the release landed reports it");
         }
         assert_eq!(g.state(), LockState::Released, "{levels} level(s)");
-        assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+        assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::NotHeld, "reported once");
         let info = client.inspect("dropped-release").await.unwrap();
         assert_eq!(info.map(|i| i.count), if levels == 2 { Some(1) } else { None }, "{levels} level(s)");
         if levels == 2 {
             lock.acquire(Some(Duration::ZERO)).await.unwrap(); // re-entry counts from one level
             assert_eq!(client.inspect("dropped-release").await.unwrap().unwrap().count, 2);
             client.force_unlock("dropped-release").await.unwrap();
+        }
+    }
+}
+
+// A release finishing in the background that fails (the server is down) leaves the level held,
+// as any failed release does: the guard's next release sends it again (it used to answer
+// "already released" and leave the lock taken for its lease), and a guard dropped before or
+// after the failure stops renewal (the failure used to give the level up in any case).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_release_that_failed_is_sent_again_by_the_next_release() {
+    // The lock outlives the restart (AOF written before each reply).
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let client = connect_with(&server, fast_opts()).await;
+    let name = "failed-dropped-release";
+    let lock = client.lock(name, LockOptions::renewing(Duration::from_secs(30))).unwrap();
+    for case in ["retried", "dropped after the failure", "dropped before the failure"] {
+        let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+        server.kill9();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), g.release()).await.is_err(),
+            "{case}: the release ended with the server down"
+        );
+        let g = if case == "dropped before the failure" {
+            drop(g);
+            None
+        } else {
+            Some(g)
+        };
+        // The background release fails within a reconnect burst or a response timeout.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        server.restart();
+        assert!(client.inspect(name).await.unwrap().is_some(), "{case}: the lock survived the restart");
+        match g {
+            Some(g) if case == "retried" => {
+                assert_eq!(g.state(), LockState::Held, "{case}");
+                g.release().await.expect("the failed release is sent again");
+                assert!(client.inspect(name).await.unwrap().is_none(), "{case}: still taken");
+            }
+            g => {
+                drop(g);
+                assert_eq!(client.table_sizes_for_tests().1, 0, "{case}: the hold is still renewed");
+                client.force_unlock(name).await.unwrap();
+            }
         }
     }
 }

@@ -298,6 +298,10 @@ impl RedisServer {
             assert!(start.elapsed() < Duration::from_secs(10), "restart on port {} failed", self.port);
             std::thread::sleep(Duration::from_millis(50));
         }
+        // It answers PING while it loads what persistence kept, and refuses the rest (LOADING).
+        self.wait_for(Duration::from_secs(10), "the data to load", |s| {
+            s.info_field("persistence", "loading").as_deref() == Some("0")
+        });
     }
 
     /// `SHUTDOWN NOSAVE` and reap.
