@@ -430,17 +430,12 @@ impl NativeGuard {
     }
 
     /// Awaitable `release`; cancelling the awaitable does not stop the release. It runs as a
-    /// task of its own: cancelling aborts only the task that awaits it (an abort that came
-    /// before the release was first polled used to drop it unstarted, leaving the hold renewed).
+    /// task of its own, started here (an abort that came before the release was first polled
+    /// used to drop it unstarted, leaving the hold renewed; and a close() before the task first
+    /// runs leaves it to be sent); cancelling only stops the wait for it, and the next release
+    /// reports its outcome.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        // Made here, not inside the task: a close() before the task first runs leaves it to be sent.
-        let task = crate::runtime::runtime(py)?.spawn(self.inner.get(py)?.release_shared());
-        let done = async move {
-            task.await.unwrap_or_else(|_| {
-                Err(ferrolock::Error::new(ferrolock::ErrorKind::Internal, "the release task failed"))
-            })
-        };
-        future(py, done, |py, ()| Ok(py.None()))
+        future(py, self.inner.get(py)?.release_spawned(), |py, ()| Ok(py.None()))
     }
 
     /// Extend the lease to `ttl` from now (owner-checked).

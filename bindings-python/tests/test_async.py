@@ -215,6 +215,40 @@ def test_a_release_cancelled_before_it_started_still_releases(redis: RedisServer
     run(redis, body)
 
 
+def test_a_release_retried_after_a_cancel_reports_the_first(redis: RedisServer, name: str) -> None:
+    # A release given up on and called again is told how the first one ended (the retry used to
+    # raise NotHeldError while that release was still on its way, and could yet fail).
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name, ttl=10)
+        box: List[Any] = []
+
+        async def holder() -> None:
+            box.append(await lock.acquire())
+            redis.command("CLIENT", "PAUSE", "10000", "WRITE")  # holds the release back
+            await box[0].release()
+
+        task = asyncio.create_task(holder())
+        try:
+            while not box:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # The holding task has ended: anyone may release its hold.
+            retry = asyncio.ensure_future(box[0].release())
+            await asyncio.sleep(0.1)
+            assert not retry.done(), "the retry did not wait for the release on its way"
+        finally:
+            redis.command("CLIENT", "UNPAUSE")
+        assert await retry is None
+        with pytest.raises(ferrolock.NotHeldError):
+            await box[0].release()
+        assert await client.inspect(name) is None
+
+    run(redis, body)
+
+
 def test_cancelled_acquire_leaves_nothing(redis: RedisServer, name: str) -> None:
     async def body(client: ferrolock.AsyncClient) -> None:
         holder = await client.lock(name, ttl=5).acquire()

@@ -978,11 +978,36 @@ struct Flags {
     dropped: AtomicBool,
     /// The level was given up ([`Guard::gone`] ran for it: once, whoever comes first).
     gone: AtomicBool,
-    /// The outcome of a release whose caller stopped waiting for it (see [`ReleaseRest`]).
-    unseen: Mutex<Option<watch::Receiver<Option<Result<()>>>>>,
+    /// The outcome of a release whose caller stopped (or may stop) waiting for it, for the next
+    /// release to report ([`ReleaseRest`], [`Guard::release_spawned`]).
+    unseen: Mutex<Option<Outcome>>,
+}
+
+/// A release's outcome once it is known.
+type Outcome = watch::Receiver<Option<Result<()>>>;
+
+/// Wait for a release's outcome.
+async fn outcome(rx: &mut Outcome) -> Result<()> {
+    match rx.wait_for(Option::is_some).await {
+        Ok(r) => r.clone().unwrap_or(Ok(())),
+        // Its task was dropped unfinished: the runtime is shutting down with the client.
+        Err(_) => Err(Error::new(ErrorKind::Closed, "the client was closed during the release")),
+    }
 }
 
 impl Flags {
+    fn unseen_slot(&self) -> std::sync::MutexGuard<'_, Option<Outcome>> {
+        self.unseen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forget the outcome `rx` waits for, once it was reported (unless another took its place).
+    fn seen(&self, rx: &Outcome) {
+        let mut slot = self.unseen_slot();
+        if slot.as_ref().is_some_and(|s| s.same_channel(rx)) {
+            *slot = None;
+        }
+    }
+
     /// Give this level up, once (see [`Guard::gone`]).
     fn give_up(&self, lock: &Lock, hold: &Hold) {
         if !self.gone.swap(true, Ordering::AcqRel) {
@@ -1024,7 +1049,7 @@ impl Drop for ReleaseRest {
     fn drop(&mut self) {
         if let Some((lock, hold, flags)) = self.0.take() {
             let (tx, rx) = watch::channel(None);
-            *flags.unseen.lock().unwrap_or_else(|p| p.into_inner()) = Some(rx);
+            *flags.unseen_slot() = Some(rx);
             let rt = lock.inner.client.inner.runtime.clone();
             rt.spawn(async move {
                 let r = Guard::release_level(&lock, &hold).await;
@@ -1150,8 +1175,9 @@ impl Guard {
     /// fails; if the release does, the lease runs out.
     pub fn release_detached(self: Arc<Self>) {
         let rt = self.lock.inner.client.inner.runtime.clone();
+        let unseen = self.unseen();
         rt.spawn(async move {
-            let _ = self.release_open().await; // also after a close: nobody received this grant
+            let _ = self.release_open(unseen).await; // also after a close: nobody received this grant
         });
     }
 
@@ -1170,7 +1196,8 @@ impl Guard {
     ///
     /// A release whose future is dropped before it completes (a timeout around it, a cancelled
     /// task) is finished in the background, so the lock is not left taken by a guard that can no
-    /// longer release it; if that background attempt fails, the lease runs out.
+    /// longer release it. The guard's next release waits for it and returns its outcome (or,
+    /// after a transient failure, which leaves the level held, sends the release again).
     ///
     /// [`ErrorKind::Closed`] when the client was closed before this call: nothing is sent, the
     /// lease runs out. Whether it was is decided when `release` is called, not when the future
@@ -1178,25 +1205,53 @@ impl Guard {
     /// even if its future runs after the close (a binding's spawned call, a SIGTERM handler that
     /// releases and then closes): it succeeds if it found the hold still there.
     pub fn release(&self) -> impl Future<Output = Result<()>> + Send + '_ {
-        let open = self.lock.inner.client.check_open();
+        let (open, unseen) = (self.lock.inner.client.check_open(), self.unseen());
         async move {
             open?;
-            self.release_open().await
+            self.release_open(unseen).await
         }
     }
 
     /// [`Guard::release`] as a `'static` future, for a guard shared by reference count (a
     /// binding spawns it on the runtime).
     pub fn release_shared(self: &Arc<Self>) -> impl Future<Output = Result<()>> + Send + 'static {
-        let (open, guard) = (self.lock.inner.client.check_open(), self.clone());
+        let (open, unseen, guard) = (self.lock.inner.client.check_open(), self.unseen(), self.clone());
         async move {
             open?;
-            guard.release_open().await
+            guard.release_open(unseen).await
         }
     }
 
-    async fn release_open(&self) -> Result<()> {
-        if let Some(r) = self.unseen_release().await {
+    /// [`Guard::release_shared`], started at once on the client's runtime, for a binding whose
+    /// caller may stop waiting (a cancelled asyncio call): the release runs to its end either
+    /// way, and until the returned future has reported its outcome, a release asked for meanwhile
+    /// waits for this one and reports that outcome too (or sends the release again after a
+    /// transient failure), as after a dropped [`Guard::release`]. (The binding learns of its
+    /// caller's cancel only after it happened, so the outcome is offered from the start.)
+    pub fn release_spawned(self: &Arc<Self>) -> impl Future<Output = Result<()>> + Send + 'static {
+        let release = self.release_shared(); // before this one's outcome is offered
+        let (tx, mut rx) = watch::channel(None);
+        *self.flags.unseen_slot() = Some(rx.clone());
+        self.lock.inner.client.inner.runtime.spawn(async move {
+            tx.send_replace(Some(release.await));
+        });
+        let flags = self.flags.clone();
+        async move {
+            let r = outcome(&mut rx).await;
+            flags.seen(&rx);
+            r
+        }
+    }
+
+    /// A release of this guard that its caller stopped waiting for: taken when a release is
+    /// asked for (not when its future first runs), so that a release started for a caller that
+    /// then stops waiting ([`Guard::release_spawned`]) never waits for itself.
+    fn unseen(&self) -> Option<Outcome> {
+        self.flags.unseen_slot().clone()
+    }
+
+    async fn release_open(&self, unseen: Option<Outcome>) -> Result<()> {
+        if let Some(r) = self.unseen_release(unseen).await {
             return r;
         }
         if self.flags.released.swap(true, Ordering::AcqRel) {
@@ -1209,22 +1264,13 @@ impl Guard {
         r
     }
 
-    /// Wait for a release of this guard that finishes in the background ([`ReleaseRest`]) and
-    /// take its outcome; `None` when there is none, or when it failed transiently (the level is
+    /// Wait for a release of this guard that its caller stopped waiting for ([`ReleaseRest`],
+    /// [`Guard::release_spawned`]) and take its outcome; `None` when there is none, or when it failed transiently (the level is
     /// still held: this call sends the release again).
-    async fn unseen_release(&self) -> Option<Result<()>> {
-        let slot = || self.flags.unseen.lock().unwrap_or_else(|p| p.into_inner());
-        let mut rx = slot().clone()?;
-        let r = match rx.wait_for(Option::is_some).await {
-            Ok(r) => r.clone().unwrap_or(Ok(())),
-            // The task was dropped unfinished: its runtime is shutting down with the client.
-            Err(_) => Err(Error::new(ErrorKind::Closed, "the client was closed during the release")),
-        };
-        let mut slot = slot();
-        if slot.as_ref().is_some_and(|s| s.same_channel(&rx)) {
-            *slot = None;
-        }
-        drop(slot);
+    async fn unseen_release(&self, unseen: Option<Outcome>) -> Option<Result<()>> {
+        let mut rx = unseen?;
+        let r = outcome(&mut rx).await;
+        self.flags.seen(&rx);
         match r {
             Err(e) if e.kind().is_transient() => None,
             r => Some(r),

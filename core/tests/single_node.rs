@@ -808,6 +808,40 @@ async fn a_dropped_release_is_finished_in_the_background() {
     }
 }
 
+// The same for a binding's release that runs as a task of its own (a cancelled asyncio call):
+// the caller's future dropped unfinished, even before it first ran, leaves the outcome to the
+// guard's next release (which used to answer "already released").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_release_whose_caller_stopped_waiting_is_reported_to_the_next() {
+    let server = RedisServer::start();
+    let mut opts = fast_opts();
+    opts.response_timeout = Duration::from_secs(5);
+    let client = connect_with(&server, opts).await;
+    let lock = client.lock("spawned-release", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    for polled in [false, true] {
+        let g = Arc::new(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+        server.pause();
+        let release = g.release_spawned();
+        if polled {
+            assert!(tokio::time::timeout(Duration::from_millis(50), release).await.is_err());
+        } else {
+            drop(release);
+            tokio::time::sleep(Duration::from_millis(50)).await; // it went out all the same
+        }
+        let (retry, ()) = tokio::join!(g.release(), async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            server.resume();
+        });
+        retry.unwrap_or_else(|e| panic!("polled {polled}: the retry does not report the release: {e}"));
+        assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::NotHeld, "reported once");
+        assert!(client.inspect("spawned-release").await.unwrap().is_none());
+    }
+    // Awaited to its end, it is reported to its caller only.
+    let g = Arc::new(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+    g.release_spawned().await.unwrap();
+    assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::NotHeld);
+}
+
 // A release finishing in the background that fails (the server is down) leaves the level held,
 // as any failed release does: the guard's next release sends it again (it used to answer
 // "already released" and leave the lock taken for its lease), and a guard dropped before or
