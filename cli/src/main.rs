@@ -60,14 +60,8 @@ use crate::signals::Signals;
 #[derive(Debug, Parser)]
 #[command(name = "ferrolock", version, about = "Run commands under a Redis distributed lock")]
 struct Cli {
-    /// Redis server URL (redis://[user:password@]host[:port][/db], redis+unix:///path/to.sock,
-    /// redis+sentinel://host:port[,host:port]/master-name[/db] through Sentinel,
-    /// redis+cluster://host:port[,host:port] for Redis Cluster; rediss://, rediss+sentinel://
-    /// and rediss+cluster:// for TLS). Repeat it to lock by Redlock
-    /// over several independent masters. Default: the space-separated URLs
-    /// in FERROLOCK_REDIS, else redis://127.0.0.1:6379.
-    #[arg(long = "redis", value_name = "URL", global = true)]
-    redis: Vec<String>,
+    #[command(flatten)]
+    redis: RedisArgs,
 
     /// rediss:// only: trust the CA certificates in this PEM file instead of the system store
     /// (the server's certificate and host name are always verified).
@@ -102,6 +96,21 @@ struct Cli {
     command: Command,
 }
 
+/// `--redis`, accepted before and after the subcommand: the two lists add up. (A `global` arg
+/// would let the subcommand's values replace the others: `ferrolock --redis A --redis B exec
+/// --redis C` locked on C alone, mutual exclusion with the Redlock users of A, B, C gone.)
+#[derive(Debug, Args)]
+pub struct RedisArgs {
+    /// Redis server URL (redis://[user:password@]host[:port][/db], redis+unix:///path/to.sock,
+    /// redis+sentinel://host:port[,host:port]/master-name[/db] through Sentinel,
+    /// redis+cluster://host:port[,host:port] for Redis Cluster; rediss://, rediss+sentinel://
+    /// and rediss+cluster:// for TLS). Repeat it to lock by Redlock
+    /// over several independent masters (before and after the subcommand, they add up).
+    /// Default: the space-separated URLs in FERROLOCK_REDIS, else redis://127.0.0.1:6379.
+    #[arg(long = "redis", value_name = "URL")]
+    redis: Vec<String>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Acquire NAME, run CMD with FERROLOCK_NAME and FERROLOCK_FENCE in its environment,
@@ -125,6 +134,8 @@ SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to CMD; the lock is released a
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
+    #[command(flatten)]
+    redis: RedisArgs,
     /// Wait at most this long for the lock, then exit with the conflict code
     /// (default: wait without bound).
     #[arg(
@@ -174,6 +185,8 @@ pub struct ExecArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    #[command(flatten)]
+    redis: RedisArgs,
     /// Print one JSON object instead of `key: value` lines.
     #[arg(long)]
     pub json: bool,
@@ -183,6 +196,8 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct UnlockArgs {
+    #[command(flatten)]
+    redis: RedisArgs,
     /// Required: confirms removing a hold that may belong to someone else. Its holder finds out
     /// at its next renewal (ferrolock exec then terminates its command).
     #[arg(long)]
@@ -235,8 +250,18 @@ async fn run(cli: Cli, signals: Option<Signals>) -> Result<u8, Fail> {
         (None, Some(_)) => return Err(Fail::usage("--replica-acks-timeout needs --replica-acks".to_owned())),
         (None, None) => None,
     };
+    let mut urls = cli.redis.redis;
+    urls.extend(
+        match &cli.command {
+            Command::Exec(a) => &a.redis.redis,
+            Command::Status(a) => &a.redis.redis,
+            Command::Unlock(a) => &a.redis.redis,
+        }
+        .iter()
+        .cloned(),
+    );
     let servers = server::Servers {
-        urls: server::urls(cli.redis)?,
+        urls: server::urls(urls)?,
         tls: server::tls(cli.cacert, cli.cert, cli.key)?,
         replica_acks,
         prefix: server::prefix(cli.prefix)?,

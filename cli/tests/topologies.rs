@@ -63,3 +63,22 @@ fn sentinel_and_cluster_urls_reach_the_core() {
         assert_eq!(code(&out), Some(want), "{url}: {}", stderr(&out));
     }
 }
+
+// `--redis` before and after the subcommand add up to one Redlock: a wrapper that sets some
+// (an alias `ferrolock --redis A --redis B`) and a call that adds one more used to lock on the
+// later ones alone (a global argument's subcommand values replaced the others).
+#[test]
+fn redis_urls_before_and_after_the_subcommand_add_up() {
+    let servers = ferrolock_testkit::start_many(3);
+    let mut c = ferrolock(&[servers[0].url(), servers[1].url()]);
+    c.args(["exec", "--redis", &servers[2].url(), "cli-urls-add-up", "--", "sh", "-c"]);
+    c.arg(format!("redis-cli -p {} EXISTS 'ferrolock:{{cli-urls-add-up}}'", servers[0].port()));
+    let out = output(&mut c);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "1", "the first server's hold is missing");
+    // The whole set, on either side, names the same Redlock: status sees the lock free again.
+    let mut c = ferrolock(&[servers[0].url()]);
+    c.args(["status", "--redis", &servers[1].url(), "--redis", &servers[2].url(), "cli-urls-add-up"]);
+    let out = output(&mut c);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+}
