@@ -135,10 +135,9 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
                 kill_at = Some(terminate(target, &shown, &why, a.kill_grace));
             }
             () = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
-                let grace = human(a.kill_grace);
-                say!("ferrolock: the command did not stop within {grace}: sending SIGKILL");
                 target.send(libc::SIGKILL);
                 kill_at = None;
+                say_aside(format!("the command did not stop within {}: sent SIGKILL", human(a.kill_grace)));
             }
         }
     };
@@ -151,9 +150,9 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         if target.group_alive() {
-            let grace = human(a.kill_grace);
-            say!("ferrolock: the command's process group did not stop within {grace}: sending SIGKILL");
             target.send(libc::SIGKILL);
+            let grace = human(a.kill_grace);
+            say!("ferrolock: the command's process group did not stop within {grace}: sent SIGKILL");
         }
     }
     if lost {
@@ -216,15 +215,23 @@ async fn acquire(lock: &Lock, a: &ExecArgs, wait: Option<Duration>, shown: &str)
     }
 }
 
-/// Tell why on stderr, SIGTERM the command, and return when to SIGKILL it.
+/// SIGTERM the command, tell why on stderr, and return when to SIGKILL it. The signal goes
+/// first: a stderr that blocks (a full pipe nobody reads, a background job at a `tostop`
+/// terminal) must not keep the command running without the lock.
 fn terminate(target: signals::Target, shown: &str, why: &str, grace: Duration) -> Instant {
-    say!(
-        "ferrolock: lost lock {shown} while the command ran ({why}): sending SIGTERM, SIGKILL in {}",
-        human(grace)
-    );
     target.send(libc::SIGTERM);
     target.send(libc::SIGCONT); // a command stopped by a forwarded SIGTSTP acts on it only once continued
+    say_aside(format!(
+        "lost lock {shown} while the command ran ({why}): sent SIGTERM, SIGKILL in {}",
+        human(grace)
+    ));
     Instant::now() + grace
+}
+
+/// Report on stderr without waiting for it: a stderr that blocks holds a thread of the blocking
+/// pool, not the loop that sends the SIGKILL when the grace ends.
+fn say_aside(line: String) {
+    drop(tokio::task::spawn_blocking(move || say!("ferrolock: {line}")));
 }
 
 async fn release(guard: &Guard, shown: &str) {

@@ -209,6 +209,11 @@ impl Target {
             return;
         }
         self.send(c.sig);
+        if !c.is_job_control() {
+            // A command stopped (by a forwarded SIGTSTP, or a `kill -STOP`) acts on it only once
+            // continued: ferrolock would wait for it, holding the lock, until someone did.
+            self.send(libc::SIGCONT);
+        }
     }
 
     /// Whether the command leads a process group of its own that still has a member (after the

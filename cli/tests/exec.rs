@@ -172,6 +172,64 @@ fn a_command_ignoring_sigterm_after_a_loss_is_killed_after_the_grace() {
     assert!(err.contains("SIGKILL") && err.contains("killed by SIGKILL"), "{err}");
 }
 
+// After a loss, SIGTERM and SIGKILL reach the command even when ferrolock's stderr blocks (a
+// full pipe nobody reads): the message used to be written first, and the command ran on without
+// the lock for as long as the pipe stayed full.
+#[test]
+fn a_loss_stops_the_command_even_when_stderr_blocks() {
+    use std::io::Read;
+    let server = RedisServer::start();
+    let dir = TempDir::new("stderr-full");
+    let (ready, termed, pid) = (dir.path("ready"), dir.path("termed"), dir.path("pid"));
+    // Fills the pipe (shared with ferrolock), ignores SIGTERM (noting it), and runs on.
+    // (sh's own stderr is /dev/null: its "Terminated" for the killed `sleep` must not block it.)
+    let script = r#"trap 'touch "$2"' TERM; echo $$ > "$3"; head -c 1000000 /dev/zero >&2 &
+        exec 2>/dev/null; touch "$1"; while :; do sleep 0.05; done"#;
+    let mut c = on(&server);
+    c.args([
+        "exec",
+        "--ttl",
+        "600ms",
+        "--kill-grace",
+        "300ms",
+        "stderr-full",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+    ])
+    .arg(&ready)
+    .arg(&termed)
+    .arg(&pid)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut p = KillOnDrop(c.spawn().expect("spawn ferrolock"));
+    let mut err = p.0.stderr.take().expect("piped");
+    wait_for_file(&ready);
+    let cmd_pid = std::fs::read_to_string(&pid).unwrap().trim().to_owned();
+    let _: i64 = server.cmd(&["DEL", "ferrolock:{stderr-full}"]);
+    wait_for_file(&termed); // (20 s at most)
+    let start = Instant::now();
+    while !gone(&cmd_pid) && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone(&cmd_pid), "the command was not killed after the grace");
+    let mut rest = Vec::new();
+    err.read_to_end(&mut rest).expect("ferrolock's stderr");
+    let rest = String::from_utf8_lossy(&rest).replace('\0', "");
+    let status = p.0.wait().expect("wait");
+    assert_eq!(status_code(status), Some(76), "{rest}");
+    assert!(rest.contains("lost lock stderr-full"), "{rest}");
+}
+
 #[test]
 fn signals_to_ferrolock_reach_the_command_and_the_lock_is_released() {
     let server = RedisServer::start();
@@ -261,6 +319,14 @@ fn user_signals_and_stops_are_passed_on_without_losing_the_lease() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_ne!(proc_state(&cmd_pid), 'T', "the command was not continued");
+    // A SIGTERM to a stopped command is followed by a SIGCONT, as `timeout` does: the command
+    // acts on it (it used to stay stopped, and ferrolock to hold the lock until someone sent one).
+    p.signal(libc::SIGTSTP);
+    let stopped = Instant::now();
+    while proc_state(&cmd_pid) != 'T' && stopped.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(proc_state(&cmd_pid), 'T', "the command was not stopped again");
     p.signal(libc::SIGTERM);
     let out = p.finish(Duration::from_secs(20));
     assert_eq!(code(&out), Some(128 + libc::SIGTERM), "stderr: {}", stderr(&out));
