@@ -38,7 +38,7 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
     let client = tokio::select! {
         c = server::connect_within(servers, bound) => c?,
         c = signals.recv_ending() => {
-            return Err(Fail::new(128 + c.sig as u8, format!("{} while connecting", signals::name(c.sig))));
+            return Err(Fail::signalled(c.sig, format!("{} while connecting", signals::name(c.sig))));
         }
     };
     let lock = client.lock(&name, opts).map_err(|e| Fail::core("cannot lock", &e))?;
@@ -50,7 +50,7 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
             // background: give that undo a moment before the runtime shuts down.
             tokio::time::sleep(Duration::from_millis(100)).await;
             let why = format!("{} while waiting for lock {shown}", signals::name(c.sig));
-            return Err(Fail::new(128 + c.sig as u8, why));
+            return Err(Fail::signalled(c.sig, why));
         }
         never = spinner::waiting(client.clone(), name.clone(), a.quiet) => match never {},
     };
@@ -96,7 +96,7 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
         release(&guard, &shown).await;
         let why =
             format!("{} after lock {shown} was obtained, before the command started", signals::name(c.sig));
-        return Err(Fail::new(128 + c.sig as u8, why));
+        return Err(Fail::signalled(c.sig, why));
     }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
@@ -173,7 +173,7 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
         }
         Err(e) => say!("ferrolock: could not release lock {shown} (it expires with its lease): {e}"),
     }
-    Ok(exit_code(status))
+    exit_code(status)
 }
 
 /// `wait`: what is left of `a.wait` after connecting.
@@ -240,12 +240,12 @@ async fn release(guard: &Guard, shown: &str) {
     }
 }
 
-/// The shell convention: the exit code, or 128 + N when killed by signal N.
-fn exit_code(status: std::process::ExitStatus) -> u8 {
+/// The command's exit code; killed by signal N, ferrolock ends by N too ([`Fail::signalled`]).
+fn exit_code(status: std::process::ExitStatus) -> Result<u8, Fail> {
     match (status.code(), status.signal()) {
-        (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(code::FAILURE),
-        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(code::FAILURE),
-        (None, None) => code::FAILURE,
+        (Some(c), _) => Ok(u8::try_from(c & 0xff).unwrap_or(code::FAILURE)),
+        (None, Some(sig)) => Err(Fail::signalled(sig, String::new())),
+        (None, None) => Ok(code::FAILURE),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 /// Exit codes of ferrolock itself. The command's own status passes through unchanged, and a
-/// command killed by signal N gives 128 + N, as in shells.
+/// command killed by signal N ends ferrolock by the same signal (a shell reads 128 + N).
 pub mod code {
     /// The lock was not obtained (`--no-wait`, or `--wait` elapsed); like `EX_TEMPFAIL`.
     pub const CONFLICT: u8 = 75;
@@ -25,11 +25,23 @@ pub mod code {
 pub struct Fail {
     pub code: u8,
     pub message: String,
+    /// End by this signal rather than exit with `code` (see [`Fail::signalled`]).
+    pub signal: Option<libc::c_int>,
 }
 
 impl Fail {
     pub fn new(code: u8, message: String) -> Fail {
-        Fail { code, message }
+        Fail { code, message, signal: None }
+    }
+
+    /// Signal `sig` ended the command, or reached ferrolock before the command started: once the
+    /// lock is released, ferrolock ends by the same signal, as `timeout(1)` does, so that its
+    /// caller sees what it would have seen without ferrolock (a shell script stops at a Ctrl-C
+    /// only if its child died of SIGINT; an exit with 130 says the child handled it). 128 + N
+    /// when that cannot be done.
+    pub fn signalled(sig: libc::c_int, message: String) -> Fail {
+        let code = u8::try_from(128 + (sig & 0x7f)).unwrap_or(code::FAILURE);
+        Fail { code, message, signal: Some(sig) }
     }
 
     pub fn usage(message: String) -> Fail {
@@ -55,7 +67,30 @@ impl Fail {
             let line = self.message.replace(['\n', '\r'], " ");
             say!("ferrolock: {line}");
         }
+        if let Some(sig) = self.signal {
+            die_by(sig);
+        }
         ExitCode::from(self.code)
+    }
+}
+
+/// End the process by `sig`'s default action (without a core dump of ferrolock's own); returns
+/// only if that action does not end it.
+fn die_by(sig: libc::c_int) {
+    // SAFETY: plain libc calls on local, initialised values. Every other thread keeps the
+    // forwarded signals blocked (signals.rs), and raise(3) sends to this thread.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_CORE, &mut lim) == 0 {
+            lim.rlim_cur = 0;
+            libc::setrlimit(libc::RLIMIT_CORE, &lim);
+        }
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
     }
 }
 

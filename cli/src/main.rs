@@ -126,11 +126,13 @@ enum Command {
 const EXEC_NOTES: &str = "\
 Durations: 500ms, 30s, 5m, 1h, or sums like 1m30s.
 
-Exit codes: CMD's own status (128+N if a signal N killed it); 75 lock not obtained;
-76 lock lost while CMD ran (CMD got SIGTERM, then SIGKILL after --kill-grace); 2 bad usage;
-125 ferrolock failed (server, auth); 126 CMD cannot run; 127 CMD not found.
+Exit codes: CMD's own status (killed by signal N: ferrolock ends by N too, 128+N in a shell);
+75 lock not obtained; 76 lock lost while CMD ran (CMD got SIGTERM, then SIGKILL after
+--kill-grace) or found lost when it ended; 2 bad usage; 125 ferrolock failed (server, auth);
+126 CMD cannot run; 127 CMD not found; signal N (128+N) if N came before CMD started.
 
-SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to CMD; the lock is released after it exits.";
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM are passed on to CMD (and
+SIGTSTP, SIGCONT without a terminal); the lock is released after it exits.";
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {

@@ -103,12 +103,20 @@ impl Drop for Proc {
     }
 }
 
+/// The exit code as a shell reads it: 128 + N for an end by signal N.
 pub fn code(o: &Output) -> Option<i32> {
-    o.status.code()
+    status_code(o.status)
 }
 
 pub fn status_code(s: ExitStatus) -> Option<i32> {
-    s.code()
+    use std::os::unix::process::ExitStatusExt;
+    s.code().or_else(|| s.signal().map(|sig| 128 + sig))
+}
+
+/// The signal that ended ferrolock, if one did.
+pub fn signal_of(o: &Output) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    o.status.signal()
 }
 
 /// Wait (at most 20 s) until `path` exists.
