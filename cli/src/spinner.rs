@@ -1,5 +1,8 @@
 //! The progress line shown on stderr while `exec` waits for a held lock: who holds it, how
-//! long its lease has left, how long we have waited. Only on a terminal, never with --quiet.
+//! long its lease has left, how long we have waited. Only on a terminal, never with --quiet, and
+//! only while ferrolock is in the terminal's foreground: a background job's line would be drawn
+//! over the user's prompt, and at a `stty tostop` terminal the write would stop ferrolock
+//! (SIGTTOU), holding or about to hold the lock, with nobody renewing it.
 //! It only displays: waiting itself is the core's (release notifications, lease bounds).
 
 use std::convert::Infallible;
@@ -24,7 +27,7 @@ pub async fn waiting(client: Client, name: Vec<u8>, quiet: bool) -> Infallible {
     let start = Instant::now();
     tokio::time::sleep(QUIET_START).await;
     let shown = crate::shown(&name);
-    let _clear = ClearOnDrop;
+    let mut clear = ClearOnDrop(false);
     let mut holder: Option<(LockInfo, Instant)> = None;
     let mut fetched: Option<Instant> = None;
     let mut tick = 0usize;
@@ -50,20 +53,31 @@ pub async fn waiting(client: Client, name: Vec<u8>, quiet: bool) -> Infallible {
             }
             None => "being released".to_owned(),
         };
-        let mut err = std::io::stderr().lock();
-        let _ = write!(err, "\r\x1b[K{frame} waiting {} for lock {shown}: {who}", human(start.elapsed()));
-        let _ = err.flush();
-        drop(err);
+        if in_foreground() {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[K{frame} waiting {} for lock {shown}: {who}", human(start.elapsed()));
+            let _ = err.flush();
+            clear.0 = true;
+        }
         tokio::time::sleep(TICK).await;
     }
 }
 
-struct ClearOnDrop;
+/// Whether ferrolock's process group is the foreground group of the terminal on stderr.
+fn in_foreground() -> bool {
+    // SAFETY: plain calls on a file descriptor and the calling process.
+    unsafe { libc::tcgetpgrp(2) == libc::getpgrp() }
+}
+
+/// Clears the line once drawn (`true`), if still in the foreground.
+struct ClearOnDrop(bool);
 
 impl Drop for ClearOnDrop {
     fn drop(&mut self) {
-        let mut err = std::io::stderr().lock();
-        let _ = write!(err, "\r\x1b[K");
-        let _ = err.flush();
+        if self.0 && in_foreground() {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+        }
     }
 }

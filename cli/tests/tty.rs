@@ -40,6 +40,28 @@ fn waiting_on_a_terminal_shows_the_holder_and_quiet_shows_nothing() {
     drop(holder);
 }
 
+// A background job (its own process group, not the terminal's foreground one) draws nothing:
+// its line used to be repainted over the user's prompt every 100 ms (and at a `tostop` terminal
+// the write stopped ferrolock).
+#[test]
+fn a_background_job_shows_no_waiting_line() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("spinner-bg");
+    let ready = dir.path("ready");
+    let mut c = on(&server);
+    c.args(["exec", "shown-bg", "--", "sh", "-c", "touch \"$1\"; exec sleep 60", "sh"]).arg(&ready);
+    let holder = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    let exec = sh_words(&bin_args(&server, &["exec", "--wait", "1500ms", "shown-bg", "--", "true"]));
+    // `set -m`: job control, so that `&` starts the job in a process group of its own.
+    let out =
+        terminal_line(&format!("set -m; {exec} & wait $!; echo \"rc=$?\"")).finish(Duration::from_secs(30));
+    let screen = stdout(&out);
+    assert!(screen.contains("rc=75"), "{screen}");
+    assert!(!screen.contains("for lock shown-bg:"), "a background job drew its line: {screen}");
+    drop(holder);
+}
+
 /// Writes its parent's pid (ferrolock's) to $ARGV[0], counts SIGINTs until 1 s after the first
 /// one (at most 15 s), then writes the count to $ARGV[1].
 const COUNT_INT: &str = r#"
