@@ -7,6 +7,24 @@ use std::time::Duration;
 /// The longest duration accepted anywhere on the command line (the core's own cap).
 const MAX: Duration = ferrolock::MAX_DURATION;
 
+/// The shortest `--ttl`: the watchdog renews every third of the lease, and a renewal needs a
+/// round trip and a scheduler turn; below this, a lease is lost at once more often than not
+/// (5–10 ms always were). The library takes shorter leases (a fixed lease it does not renew).
+pub const SHORTEST_LEASE: Duration = Duration::from_millis(100);
+
+/// Parse `--ttl`: a duration of at least [`SHORTEST_LEASE`].
+pub fn parse_lease(s: &str) -> Result<Duration, String> {
+    let d = parse(s)?;
+    if d < SHORTEST_LEASE {
+        return Err(format!(
+            "'{}' is too short a lease to renew (at least {})",
+            s.trim(),
+            human(SHORTEST_LEASE)
+        ));
+    }
+    Ok(d)
+}
+
 /// Parse a duration; the error says what is wrong in one line (without repeating the flag).
 pub fn parse(s: &str) -> Result<Duration, String> {
     let text = s.trim();

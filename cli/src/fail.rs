@@ -96,7 +96,7 @@ fn die_by(sig: libc::c_int) {
 
 /// A clap error as one line: its first paragraph (the message and any indented items under it),
 /// without clap's `error: ` prefix and usage footer.
-pub fn clap_line(e: &clap::Error) -> String {
+pub fn clap_line(e: &clap::Error, hint: Option<&str>) -> String {
     let text = e.render().to_string();
     let para: Vec<&str> = text
         .lines()
@@ -109,5 +109,8 @@ pub fn clap_line(e: &clap::Error) -> String {
     if line.is_empty() {
         return "invalid command line (see ferrolock --help)".to_owned();
     }
-    format!("{line} (see ferrolock --help)")
+    match hint {
+        Some(hint) => format!("{line}: {hint} (see ferrolock --help)"),
+        None => format!("{line} (see ferrolock --help)"),
+    }
 }

@@ -152,8 +152,8 @@ pub struct ExecArgs {
     #[arg(long, short = 'n')]
     pub no_wait: bool,
     /// Lease kept alive by the watchdog while CMD runs (renewed every third of it); a crashed
-    /// ferrolock frees the lock after at most this long. Default 30s.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, allow_hyphen_values = true)]
+    /// ferrolock frees the lock after at most this long. At least 100ms; default 30s.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_lease, allow_hyphen_values = true)]
     pub ttl: Option<Duration>,
     /// Fair mode: queue on the server; each release hands the lock to the oldest waiter
     /// (first come, first served). Every contender of the name should use it (not with
@@ -217,7 +217,14 @@ fn main() -> ExitCode {
             let why = "a subcommand is required: exec, status or unlock (see ferrolock --help)";
             return Fail::usage(why.to_owned()).report();
         }
-        Err(e) => return Fail::usage(fail::clap_line(&e)).report(),
+        Err(e) => {
+            // `ferrolock exec NAME make deploy`: say what is missing, not only what is extra.
+            let args: Vec<OsString> = std::env::args_os().collect();
+            let no_separator = args.iter().any(|a| a == "exec") && !args.iter().any(|a| a == "--");
+            let hint = (e.kind() == clap::error::ErrorKind::UnknownArgument && no_separator)
+                .then_some("the command goes after `--` (ferrolock exec NAME -- CMD)");
+            return Fail::usage(fail::clap_line(&e, hint)).report();
+        }
     };
     // `exec` takes its signals from the start, before the runtime's threads exist (signals.rs).
     let signals = match &cli.command {

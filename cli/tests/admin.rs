@@ -120,7 +120,8 @@ fn bad_durations_are_refused_with_one_line_and_code_2() {
         ("--ttl", "1.5s", "unknown unit"),
         ("--kill-grace", "forever", "not a duration"),
         ("--ttl", "9999999h", "too long"),
-        ("--ttl", "1ms", "INVALID_DURATION"), // well-formed, refused by the core
+        ("--ttl", "1ms", "too short a lease"),
+        ("--ttl", "10ms", "too short a lease"), // taken, it was lost at once (exit 76)
     ] {
         let out = output(on(&server).args(["exec", flag, value, "d", "--", "true"]));
         let err = stderr(&out);
@@ -133,6 +134,7 @@ fn bad_durations_are_refused_with_one_line_and_code_2() {
     assert_eq!(code(&out), Some(2), "--wait and --no-wait conflict: {}", stderr(&out));
     let out = output(on(&server).args(["exec", "d", "true"]));
     assert_eq!(code(&out), Some(2), "the command must follow --: {}", stderr(&out));
+    assert!(stderr(&out).contains("the command goes after `--`"), "{}", stderr(&out));
     // No subcommand: says so (it printed the tagline as its error).
     let out = output(&mut ferrolock(&[]));
     assert_eq!(code(&out), Some(2), "{}", stderr(&out));
@@ -148,7 +150,8 @@ fn bad_durations_are_refused_with_one_line_and_code_2() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap(); // closed again below
         format!("redis://127.0.0.1:{}", l.local_addr().unwrap().port())
     };
-    for args in [&["exec", "--ttl", "4ms", "d", "--", "true"][..], &["exec", "", "--", "true"]] {
+    let long = "x".repeat(70_000);
+    for args in [&["exec", &long, "--", "true"][..], &["exec", "", "--", "true"]] {
         let out = output(ferrolock(std::slice::from_ref(&nobody)).args(args));
         let err = stderr(&out);
         assert_eq!(code(&out), Some(2), "{args:?}: {err}");
