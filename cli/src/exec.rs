@@ -104,7 +104,7 @@ pub async fn run(servers: &server::Servers, a: ExecArgs, mut signals: Signals) -
             release(&guard, &shown).await;
             let code =
                 if e.kind() == std::io::ErrorKind::NotFound { code::NOT_FOUND } else { code::CANNOT_RUN };
-            return Err(Fail::new(code, format!("cannot run {}: {e}", program.to_string_lossy())));
+            return Err(Fail::new(code, format!("cannot run {}: {e}", crate::shown(program.as_bytes()))));
         }
     };
     let target = signals::Target::new(child.id(), own_group);

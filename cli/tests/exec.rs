@@ -410,6 +410,10 @@ fn command_that_cannot_run_gives_127_or_126_and_releases() {
     let out = output(on(&server).args(["exec", "nf", "--", "/"]));
     assert_eq!(code(&out), Some(126), "stderr: {}", stderr(&out));
     assert!(!held(&server, "nf"));
+    // The program's name is shown escaped, as lock names are: no terminal control bytes.
+    let out = output(on(&server).args(["exec", "nf", "--", "/nonexistent/\x1b[31mred"]));
+    assert_eq!(code(&out), Some(127));
+    assert!(!stderr(&out).contains('\x1b'), "{:?}", stderr(&out));
 }
 
 #[test]
