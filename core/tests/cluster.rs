@@ -656,3 +656,112 @@ async fn idle_channels_on_a_hung_master_do_not_hold_up_waiters_elsewhere() {
         "a waiter on a healthy master woke {slowest:?} after the release"
     );
 }
+
+// An idle release channel is unsubscribed on its node (SUNSUBSCRIBE), not only forgotten by the
+// client: the node would keep the subscription, and send its messages, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_sharded_channel_is_unsubscribed_on_its_node() {
+    let cluster = RedisCluster::start(3, 0);
+    let mut o = opts();
+    o.subscription_linger = Duration::from_millis(200);
+    let client = Client::connect(&cluster.url(1), o).await.unwrap();
+    let holder = Client::connect(&cluster.url(1), opts()).await.unwrap();
+    let name = "idle-unsub";
+    let (channel, node) = (format!("{}:released", key(name)), cluster.master_of(&key(name)));
+    let subs = || shard_subscribers(node, &channel);
+    let held = holder.lock(name, LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let _g = held.try_acquire().await.unwrap().expect("free");
+    let lock = client.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let waiter =
+        tokio::spawn(async move { lock.acquire(Some(Duration::from_millis(800))).await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(subs(), 1, "control: the waiter is subscribed on the node");
+    assert!(waiter.await.unwrap().is_err());
+    let start = Instant::now();
+    while client.table_sizes_for_tests().0 != 0 || subs() != 0 {
+        let table = client.table_sizes_for_tests().0;
+        assert!(start.elapsed() < Duration::from_secs(5), "left subscribed: table {table}, node {}", subs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `PUBSUB SHARDNUMSUB channel` on `node`.
+fn shard_subscribers(node: &RedisServer, channel: &str) -> i64 {
+    let v: Vec<redis::Value> = node.cmd(&["PUBSUB", "SHARDNUMSUB", channel]);
+    match v.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("SHARDNUMSUB replied {other:?}"),
+    }
+}
+
+// A client that only takes locks (no waiter, nothing subscribed) follows a hung master's
+// failover: a command's timeout makes it look up the slot's master (the once-a-second look runs
+// only while a channel is subscribed), and so does the next hung master's, on another slot (a
+// flag left set after the first look used to stop every later one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_master_failovers_are_followed_by_a_client_without_waiters() {
+    let cluster = RedisCluster::start(3, 1);
+    let first = "hung-twice-0";
+    let m0 = cluster.master_of(&key(first)).port();
+    let second = (1..400)
+        .map(|i| format!("hung-twice-{i}"))
+        .find(|n| cluster.master_of(&key(n)).port() != m0)
+        .expect("a name on another master");
+    let client = Client::connect(&cluster.url(3), opts()).await.unwrap();
+    for name in [first.to_owned(), second] {
+        let master = cluster.master_of(&key(&name));
+        let heir = cluster.replica_of(master);
+        let lock = client.lock(&name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+        lock.try_acquire().await.unwrap().expect("free").release().await.unwrap();
+        master.pause();
+        let start = Instant::now();
+        while heir.info_field("replication", "role").as_deref() != Some("master") {
+            assert!(start.elapsed() < Duration::from_secs(30), "no failover");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let r = lock.acquire(Some(Duration::from_secs(8))).await;
+        master.resume();
+        let g = r.unwrap_or_else(|e| panic!("{name}: the slot did not move to the heir: {e}"));
+        assert_eq!(heir.cmd::<i64>(&["EXISTS", &key(&name)]), 1, "{name}: not held on the heir");
+        g.release().await.unwrap();
+    }
+}
+
+// A release published while the waiter's subscription is being repaired (its connection was
+// killed) is not missed: once subscribed again, the repair wakes the channel's waiters, whose
+// try finds the lock free. Missed, the waiter slept on the holder's 30 s lease, past its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_during_a_subscription_repair_is_not_missed() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = Client::connect(&cluster.url(1), opts()).await.unwrap();
+    let holder = Client::connect(&cluster.url(1), opts()).await.unwrap();
+    let name = "release-in-gap";
+    let (channel, node) = (format!("{}:released", key(name)), cluster.master_of(&key(name)));
+    let held = holder.lock(name, LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let g = held.try_acquire().await.unwrap().expect("free");
+    let lock = client.lock(name, LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let waiter = tokio::spawn(async move { lock.acquire(Some(Duration::from_secs(25))).await.map(|_| ()) });
+    let start = Instant::now();
+    while shard_subscribers(node, &channel) != 1 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await; // asleep on the 30 s lease
+    client.set_cluster_subscribe_pause_for_tests(true);
+    let list: String = node.cmd(&["CLIENT", "LIST"]);
+    let id = list
+        .lines()
+        .filter(|l| l.contains(" ssub=") && !l.contains(" ssub=0 "))
+        .find_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("id=")).map(str::to_owned))
+        .expect("the subscriber's connection");
+    let _: redis::Value = node.cmd(&["CLIENT", "KILL", "ID", &id]);
+    let start = Instant::now();
+    while client.cluster_repairs_for_tests() != (1, 1) {
+        assert!(start.elapsed() < Duration::from_secs(10), "no repair reached the pause");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    g.release().await.unwrap(); // its SPUBLISH reaches no subscriber of `client`
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    client.set_cluster_subscribe_pause_for_tests(false);
+    waiter.await.unwrap().expect("the waiter gets the lock once subscribed again");
+}

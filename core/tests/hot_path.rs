@@ -266,3 +266,105 @@ async fn a_hot_connection_that_cannot_open_falls_back_to_the_multiplexed_one() {
     let refused = redis::Client::open(url.as_str()).unwrap().get_connection().is_err();
     assert!(refused, "control: the old password is still accepted");
 }
+
+// Opening the hot connection (its AUTH unanswered: the server is stopped) holds a call up no
+// longer than a response timeout before it falls back, not for the connect timeout.
+#[tokio::test]
+async fn a_hanging_hot_connect_is_bounded_by_the_response_timeout() {
+    let server = RedisServer::start_with(&["--requirepass", "pw-hot"]);
+    let url = format!("redis://:pw-hot@127.0.0.1:{}", server.port());
+    let mut opts = fast_opts();
+    opts.connect_timeout = Duration::from_secs(5);
+    let client = Client::connect(&url, opts.clone()).await.unwrap();
+    assert!(client.set_hot_path_for_tests(true));
+    client.inspect("warm").await.unwrap(); // the multiplexed connection only
+    let lock = client.lock("bounded", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    server.pause();
+    let t0 = Instant::now();
+    let r = lock.try_acquire().await;
+    let took = t0.elapsed();
+    server.resume();
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Timeout);
+    assert!(took < opts.connect_timeout, "took {took:?}: the hot connect's own timeout");
+}
+
+// A hot connection that cannot open (its password was rotated) is tried again at most every
+// half second, not on every call (a round trip and a refused AUTH each).
+#[tokio::test]
+async fn a_failed_hot_connect_is_not_retried_on_every_call() {
+    let server = RedisServer::start_with(&["--requirepass", "old-pass"]);
+    let url = format!("redis://:old-pass@127.0.0.1:{}", server.port());
+    let client = Client::connect(&url, ClientOptions::default()).await.unwrap();
+    assert!(client.set_hot_path_for_tests(true));
+    client.inspect("warm").await.unwrap();
+    let mut admin = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("requirepass").arg("new-pass").query(&mut admin).unwrap();
+    let mut refusals = || -> u64 {
+        let info: String = redis::cmd("INFO").arg("stats").query(&mut admin).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_error_replies:"))
+            .expect("field")
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before = refusals();
+    let lock = client.lock("rotated", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let t0 = Instant::now();
+    for _ in 0..20 {
+        lock.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap();
+    }
+    let tries = refusals() - before;
+    // The first EVALSHAs' NOSCRIPT, and one connect per half second.
+    let allowed = 3 + (t0.elapsed().as_millis() / 500) as u64;
+    assert!(tries >= 1, "control: the hot connection was never tried");
+    assert!(tries <= allowed, "{tries} refused hot connects in {:?}", t0.elapsed());
+}
+
+// A request abandoned while only partly written (a huge name, the server stopped: the socket
+// buffers fill) closes the hot connection: the next requests are not glued to its unfinished
+// bytes (the server would read them as the rest of its argument).
+#[tokio::test]
+async fn a_partly_written_request_closes_the_hot_connection() {
+    let server = RedisServer::start();
+    let mut o = fast_opts();
+    o.max_name_len = 64 << 20;
+    let client = connect_with(&server, o).await;
+    assert!(client.set_hot_path_for_tests(true));
+    let small = client.lock("small", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    small.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap(); // opens it
+    let huge = client.lock(vec![b'h'; 24 << 20], LockOptions::lease(Duration::from_secs(30))).unwrap();
+    server.pause();
+    let r = huge.try_acquire().await;
+    server.resume();
+    assert!(r.is_err(), "control: the huge acquire timed out");
+    for _ in 0..5 {
+        let g = small.acquire(Some(Duration::from_secs(2))).await.expect("acquire after the abandoned write");
+        let info = client.inspect("small").await.unwrap().expect("held");
+        assert_eq!(info.fence, g.fence());
+        g.release().await.unwrap();
+    }
+}
+
+// A release retried behind its first try on the hot connection learns from the first try's
+// late reply that it freed the lock: with the fence counter gone (the other witness), it used
+// to report LOST for a lock it had released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_release_learns_from_the_late_reply() {
+    let server = RedisServer::start();
+    let proxy = HoldProxy::start(&server, 1);
+    let client = Client::connect(&proxy.url, fast_opts()).await.unwrap();
+    assert!(client.set_hot_path_for_tests(true));
+    let warm = client.lock("warm", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    warm.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap(); // scripts cached
+    let lock = client.lock("late", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let _: i64 = server.cmd(&["DEL", "ferrolock:{late}:fence"]);
+    proxy.hold(true);
+    let release = tokio::spawn(async move { g.release().await });
+    tokio::time::sleep(Duration::from_millis(300)).await; // the first try timed out, the retry waits
+    proxy.hold(false);
+    let r = release.await.unwrap();
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "ferrolock:{late}"]), 0, "control: released");
+    r.expect("the first try released the lock");
+}

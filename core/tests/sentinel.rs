@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use common::{CutProxy, RedisServer};
 use ferrolock::{Client, ClientOptions, ErrorKind, LockOptions, LockState, ReplicaAcks};
 
 const NAME: &str = "fl-master";
@@ -447,4 +447,93 @@ async fn a_channel_swept_during_a_master_switch_is_not_left_on_the_new_master() 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(guard);
+}
+
+// A Sentinel whose view is stale names a live replica as the master: the client checks ROLE and
+// passes it over (settled on the replica, every write got READONLY, and the lookup asked the
+// same Sentinel first again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_naming_a_replica_is_passed_over() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master, &[]);
+    let stale = RedisServer::start_sentinel(&replica, NAME, 1);
+    let good = RedisServer::start_sentinel(&master, NAME, 1);
+    let named: (String, u16) = stale.cmd(&["SENTINEL", "get-master-addr-by-name", NAME]);
+    assert_eq!(named.1, replica.port(), "control: the stale Sentinel names the replica");
+    let url = format!("redis+sentinel://127.0.0.1:{},127.0.0.1:{}/{NAME}", stale.port(), good.port());
+    let client = Client::connect(&url, opts()).await.expect("connect");
+    assert_eq!(client.sentinel_master(), Some(format!("127.0.0.1:{}", master.port())));
+    let g = client.lock("role", LockOptions::lease(Duration::from_secs(5))).unwrap().try_acquire().await;
+    g.unwrap().expect("free").release().await.unwrap();
+}
+
+// Two switches without a +switch-master announcement: each READONLY makes the client ask again,
+// not only the first one (a flag left set after the first lookup stopped every later one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_readonly_switch_is_followed() {
+    let a = RedisServer::start();
+    let b = RedisServer::start_replica_of(&a, &[]);
+    let sentinel = RedisServer::start_sentinel(&a, NAME, 1);
+    let url = format!("redis+sentinel://127.0.0.1:{}/{NAME}", sentinel.port());
+    let client = Client::connect(&url, opts()).await.unwrap();
+    let lock = client.lock("twice", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    for (new, old) in [(&b, &a), (&a, &b)] {
+        let port = new.port().to_string();
+        let _: String = new.cmd(&["REPLICAOF", "NO", "ONE"]);
+        let _: String = old.cmd(&["REPLICAOF", "127.0.0.1", &port]);
+        let _: String = sentinel.cmd(&["SENTINEL", "REMOVE", NAME]);
+        let _: String = sentinel.cmd(&["SENTINEL", "MONITOR", NAME, "127.0.0.1", &port, "1"]);
+        let g = lock.acquire(Some(Duration::from_secs(5))).await.expect("acquire after the switch");
+        assert_eq!(client.sentinel_master(), Some(format!("127.0.0.1:{port}")));
+        assert_eq!(new.cmd::<i64>(&["EXISTS", "ferrolock:{twice}"]), 1);
+        g.release().await.unwrap();
+    }
+}
+
+// A hold the promoted replica never got (deleted there by hand) is gone after the failover, and
+// nobody releases it: a waiter asleep on the holder's 30 s lease tries again on the new master
+// once the client switched, and gets it within its 25 s wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_try_again_after_a_switch() {
+    let topo = Topology::start();
+    let holder = Client::connect(&topo.url(), opts()).await.unwrap();
+    let client = Client::connect(&topo.url(), opts()).await.unwrap();
+    let held = holder.lock("lost-hold", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let g = held.try_acquire().await.unwrap().expect("free");
+    let lock = client.lock("lost-hold", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let waiter = tokio::spawn(async move { lock.acquire(Some(Duration::from_secs(25))).await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _: String = topo.replica.cmd(&["CONFIG", "SET", "replica-read-only", "no"]);
+    let _: i64 = topo.replica.cmd(&["DEL", "ferrolock:{lost-hold}"]);
+    tokio::task::block_in_place(|| topo.failover());
+    waiter.await.unwrap().expect("the waiter gets the lock on the new master");
+    drop(g);
+}
+
+// A master gone behind a firewall (its connections closed, a reconnect gets no answer): each
+// command fails within the response timeout, not after the reconnects' connect timeouts (one
+// try took 36 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firewalled_master_fails_commands_within_the_response_timeout() {
+    let master = RedisServer::start();
+    let proxy = CutProxy::start(&master);
+    let port: u16 = proxy.url.rsplit(':').next().unwrap().parse().unwrap();
+    let sentinel = RedisServer::start_sentinel(&master, NAME, 1);
+    let _: String = sentinel.cmd(&["SENTINEL", "REMOVE", NAME]);
+    let _: String = sentinel.cmd(&["SENTINEL", "MONITOR", NAME, "127.0.0.1", &port.to_string(), "1"]);
+    let mut o = opts();
+    o.connect_timeout = Duration::from_secs(5);
+    let url = format!("redis+sentinel://127.0.0.1:{}/{NAME}", sentinel.port());
+    let client = Client::connect(&url, o.clone()).await.unwrap();
+    assert_eq!(client.sentinel_master(), Some(format!("127.0.0.1:{port}")));
+    let lock = client.lock("cut", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    lock.try_acquire().await.unwrap().expect("free").release().await.unwrap();
+    proxy.cut();
+    for i in 0..3 {
+        let t0 = Instant::now();
+        let r = lock.try_acquire().await;
+        let took = t0.elapsed();
+        assert!(r.is_err(), "try {i}: the master is cut off");
+        assert!(took < o.connect_timeout, "try {i} took {took:?}, a reconnect's connect timeout");
+    }
 }
