@@ -121,6 +121,11 @@ impl SentinelConfig {
                 }
                 _ => (h, DEFAULT_PORT),
             };
+            // A ':' left in the host belongs to an IPv6 literal in brackets, or to a mistyped
+            // `user:password` that lost its '@': refused without echoing it.
+            if host.contains(':') && !host.starts_with('[') {
+                return Err(bad_url("a sentinel address is not host:port"));
+            }
             let host = host.trim_start_matches('[').trim_end_matches(']');
             if host.is_empty() || port == 0 {
                 return Err(bad_url("an empty sentinel address"));

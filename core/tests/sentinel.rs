@@ -261,6 +261,10 @@ async fn sentinel_urls_are_checked() {
         let e = Client::connect(url, opts()).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{url}: {e}");
     }
+    // A password whose '@' was left out: refused, not echoed in a lookup failure of its host.
+    let e = Client::connect("redis+sentinel://admin:Hunter2pw127.0.0.1:26379/m", opts()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidUrl, "{e}");
+    assert!(!format!("{e} {e:?}").contains("Hunter2pw"), "{e}");
     // No sentinel answers: a connection error that names neither the URL nor its password.
     let mut o = opts();
     o.connect_timeout = Duration::from_millis(200);
