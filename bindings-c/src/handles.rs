@@ -20,6 +20,11 @@ use ferrolock::{Error, ErrorKind};
 /// Ids start high and step by 16, so they look like aligned addresses and are never NULL.
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0x1_0000);
 
+// With 32-bit ids the counter would wrap after 2^28 handles (a month of 100 acquires a second):
+// to NULL, then to the ids of live or freed handles. 64 bits never wrap.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("ferrolock's C API needs a 64-bit target: its handle ids must never be reused");
+
 /// The live objects of one handle type.
 pub(crate) struct Table<T> {
     what: &'static str,

@@ -185,11 +185,25 @@ fn client_key_matches(cert: &[u8], key: &[u8]) -> Result<()> {
     }
 }
 
+/// Read a PEM file of at most [`MAX_PEM`] bytes (`/dev/zero` given by mistake is refused rather
+/// than read until memory runs out). A pipe is read as a file (`--cacert <(…)` in a shell).
 fn read_pem(path: &std::path::Path, what: &str) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| {
-        Error::new(ErrorKind::InvalidConfig, format!("cannot read the {what} file {}: {e}", path.display()))
-    })
+    use std::io::Read;
+    let fail = |why: &dyn std::fmt::Display| {
+        Error::new(ErrorKind::InvalidConfig, format!("cannot read the {what} file {}: {why}", path.display()))
+    };
+    let mut pem = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_PEM + 1).read_to_end(&mut pem))
+        .map_err(|e| fail(&e))?;
+    if pem.len() as u64 > MAX_PEM {
+        return Err(fail(&format!("larger than {} MiB", MAX_PEM >> 20)));
+    }
+    Ok(pem)
 }
+
+/// The largest PEM file read (a bundle of every public CA is about 200 KiB).
+const MAX_PEM: u64 = 16 << 20;
 
 impl std::fmt::Debug for TlsOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

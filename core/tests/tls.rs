@@ -140,6 +140,10 @@ async fn bad_tls_settings_are_refused_before_any_io() {
     assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
     let e = TlsOptions::default().with_root_ca_file("/nonexistent/ca.crt").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    // Given /dev/zero by mistake: refused once past any real PEM file's size, not read until
+    // memory runs out.
+    let e = TlsOptions::default().with_root_ca_file("/dev/zero").unwrap_err();
+    assert!(e.kind() == ErrorKind::InvalidConfig && e.message().contains("larger than"), "{e}");
     // A well-formed key of another certificate: the same TLS error as an unreadable key, before
     // any I/O (port 1 would answer Connection). Control: the matching pair gets as far as I/O.
     let mixed = trusting(&certs.ca_crt).with_client_cert_files(&certs.client_crt, &certs.server_key).unwrap();
