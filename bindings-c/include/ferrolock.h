@@ -22,6 +22,12 @@
 #define FERROLOCK_OWNER_MAX 64
 
 /**
+ * The version of the C ABI this header describes: raised whenever a struct, an enum or a
+ * function signature of the header changes incompatibly (before 1.0, any release may do so).
+ */
+#define FERROLOCK_ABI_VERSION 1
+
+/**
  * The outcome of a call: ::FERROLOCK_RESULT_OK (0) or one of the core's stable error codes,
  * grouped in ranges: 1xx argument, 2xx connection/timeout, 3xx lock state,
  * 4xx protocol/script, 5xx internal. A code never changes meaning once published.
@@ -224,6 +230,8 @@ typedef struct {
   uint32_t max_reentrancy;
   /**
    * Key prefix (UTF-8, `prefix_len` bytes, no `{` or `}`); NULL (with length 0): `"ferrolock:"`.
+   * A non-NULL empty string is no prefix at all (keys `{name}`), not the default: every
+   * client sharing a lock must use the same prefix.
    */
   const char *prefix;
   /**
@@ -312,9 +320,12 @@ typedef struct {
 /**
  * Called once per ferrolock_guard_on_lost() registration, on a library thread (never the
  * thread that registered it):
- * - with `error` (code ::FERROLOCK_RESULT_LOST) when the hold is lost;
- * - with `error` NULL when the hold ended without loss (released, or its last guard and lock
- *   handles were freed), so that `user_data` can be freed.
+ * - with `error` (code ::FERROLOCK_RESULT_LOST) when the hold is lost while this guard's level
+ *   is held;
+ * - with `error` NULL when this guard's level ended without loss (released, or its last guard
+ *   and lock handles were freed), so that `user_data` can be freed. A registration is per guard
+ *   level: on an inner (re-entered) guard, that level's release ends it, while the hold lives on
+ *   through the outer levels; register on the outermost guard to hear of the hold's loss.
  *
  * `error` is valid only during the call: do not free it. The callback may call ferrolock
  * functions (e.g. free the guard), must not unwind (C++ exceptions, longjmp), and should return
@@ -543,6 +554,14 @@ ferrolock_result ferrolock_result_list(const uint32_t **out_codes,
                                        ferrolock_error **out_error);
 
 /**
+ * The C ABI version of the library loaded. A program that loads the shared library, which may
+ * be another build than the header it was compiled with, checks at start that it equals
+ * ::FERROLOCK_ABI_VERSION: a struct that grew (an out-parameter like ::ferrolock_lock_info)
+ * would otherwise be read or written past its end.
+ */
+uint32_t ferrolock_abi_version(void);
+
+/**
  * The library version, e.g. `"0.1.0"`: a static NUL-terminated string.
  */
 const char *ferrolock_version(void);
@@ -645,9 +664,9 @@ ferrolock_result ferrolock_guard_wait_lost(const ferrolock_guard *guard,
                                            ferrolock_error **out_error);
 
 /**
- * Register `callback` to be told, once, how the hold this guard belongs to ends (see
- * ::ferrolock_lost_callback). If the hold is already lost or released, the callback is called
- * at once (on a library thread). `user_data` is passed back untouched; it must be safe to use
+ * Register `callback` to be told, once, how this guard's level of the hold ends (see
+ * ::ferrolock_lost_callback). If the hold is already lost, or this level released, the callback
+ * is called at once (on a library thread). `user_data` is passed back untouched; it must be safe to use
  * from another thread until the callback has been called.
  *
  * @return ::FERROLOCK_RESULT_OK once registered; ::FERROLOCK_RESULT_NULL_ARGUMENT if `callback`
@@ -695,7 +714,11 @@ void ferrolock_lock_free(ferrolock_lock *lock);
 
 /**
  * Acquire, blocking the calling thread for at most `wait_ms` milliseconds (negative: without
- * bound; 0: one attempt). Waiting is driven by release notifications, not polling.
+ * bound; 0: one attempt), plus, against a server that does not answer, the response timeouts
+ * of the attempt in flight and of its undo (3 s for a 500 ms wait with the default 1 s timeout;
+ * docs/GUARANTEES.md). Waiting is driven by release notifications, not polling. A wait that
+ * ended while attempts were failing (the server down) returns ::FERROLOCK_RESULT_ACQUIRE_TIMEOUT
+ * whose message quotes the last failure ("the last attempt failed: CONNECTION: …").
  *
  * @param out_guard receives a new guard (one level of hold) on success.
  * @return ::FERROLOCK_RESULT_OK, ::FERROLOCK_RESULT_ACQUIRE_TIMEOUT when the wait elapsed,
@@ -728,7 +751,8 @@ ferrolock_result ferrolock_lock_acquire_cancellable(const ferrolock_lock *lock,
 
 /**
  * One attempt without waiting. On success `*out_guard` is a new guard, or NULL when another
- * owner holds the lock (still ::FERROLOCK_RESULT_OK).
+ * owner holds the lock (still ::FERROLOCK_RESULT_OK). Against a server that does not answer it
+ * returns after the response timeouts of the attempt and of its undo.
  *
  * # Safety
  * Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".

@@ -35,6 +35,8 @@ pub struct ferrolock_client_options {
     /// Deepest re-entry through one lock handle; 0: 1024.
     pub max_reentrancy: u32,
     /// Key prefix (UTF-8, `prefix_len` bytes, no `{` or `}`); NULL (with length 0): `"ferrolock:"`.
+    /// A non-NULL empty string is no prefix at all (keys `{name}`), not the default: every
+    /// client sharing a lock must use the same prefix.
     pub prefix: *const c_char,
     /// Length of `prefix` in bytes.
     pub prefix_len: usize,

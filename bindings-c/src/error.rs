@@ -95,6 +95,19 @@ pub unsafe extern "C" fn ferrolock_result_list(
     }
 }
 
+/// The version of the C ABI this header describes: raised whenever a struct, an enum or a
+/// function signature of the header changes incompatibly (before 1.0, any release may do so).
+pub const FERROLOCK_ABI_VERSION: u32 = 1;
+
+/// The C ABI version of the library loaded. A program that loads the shared library, which may
+/// be another build than the header it was compiled with, checks at start that it equals
+/// ::FERROLOCK_ABI_VERSION: a struct that grew (an out-parameter like ::ferrolock_lock_info)
+/// would otherwise be read or written past its end.
+#[unsafe(no_mangle)]
+pub extern "C" fn ferrolock_abi_version() -> u32 {
+    FERROLOCK_ABI_VERSION
+}
+
 /// The library version, e.g. `"0.1.0"`: a static NUL-terminated string.
 #[unsafe(no_mangle)]
 pub extern "C" fn ferrolock_version() -> *const c_char {

@@ -37,9 +37,12 @@ pub enum ferrolock_lock_state {
 
 /// Called once per ferrolock_guard_on_lost() registration, on a library thread (never the
 /// thread that registered it):
-/// - with `error` (code ::FERROLOCK_RESULT_LOST) when the hold is lost;
-/// - with `error` NULL when the hold ended without loss (released, or its last guard and lock
-///   handles were freed), so that `user_data` can be freed.
+/// - with `error` (code ::FERROLOCK_RESULT_LOST) when the hold is lost while this guard's level
+///   is held;
+/// - with `error` NULL when this guard's level ended without loss (released, or its last guard
+///   and lock handles were freed), so that `user_data` can be freed. A registration is per guard
+///   level: on an inner (re-entered) guard, that level's release ends it, while the hold lives on
+///   through the outer levels; register on the outermost guard to hear of the hold's loss.
 ///
 /// `error` is valid only during the call: do not free it. The callback may call ferrolock
 /// functions (e.g. free the guard), must not unwind (C++ exceptions, longjmp), and should return
@@ -266,9 +269,9 @@ pub unsafe extern "C" fn ferrolock_guard_wait_lost(
     }
 }
 
-/// Register `callback` to be told, once, how the hold this guard belongs to ends (see
-/// ::ferrolock_lost_callback). If the hold is already lost or released, the callback is called
-/// at once (on a library thread). `user_data` is passed back untouched; it must be safe to use
+/// Register `callback` to be told, once, how this guard's level of the hold ends (see
+/// ::ferrolock_lost_callback). If the hold is already lost, or this level released, the callback
+/// is called at once (on a library thread). `user_data` is passed back untouched; it must be safe to use
 /// from another thread until the callback has been called.
 ///
 /// @return ::FERROLOCK_RESULT_OK once registered; ::FERROLOCK_RESULT_NULL_ARGUMENT if `callback`

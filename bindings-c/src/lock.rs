@@ -121,7 +121,11 @@ fn wait_of(wait_ms: i64) -> Option<Duration> {
 }
 
 /// Acquire, blocking the calling thread for at most `wait_ms` milliseconds (negative: without
-/// bound; 0: one attempt). Waiting is driven by release notifications, not polling.
+/// bound; 0: one attempt), plus, against a server that does not answer, the response timeouts
+/// of the attempt in flight and of its undo (3 s for a 500 ms wait with the default 1 s timeout;
+/// docs/GUARANTEES.md). Waiting is driven by release notifications, not polling. A wait that
+/// ended while attempts were failing (the server down) returns ::FERROLOCK_RESULT_ACQUIRE_TIMEOUT
+/// whose message quotes the last failure ("the last attempt failed: CONNECTION: …").
 ///
 /// @param out_guard receives a new guard (one level of hold) on success.
 /// @return ::FERROLOCK_RESULT_OK, ::FERROLOCK_RESULT_ACQUIRE_TIMEOUT when the wait elapsed,
@@ -188,7 +192,8 @@ fn triggered(cancel: *const ferrolock_cancel) -> Result<impl Future<Output = ()>
 }
 
 /// One attempt without waiting. On success `*out_guard` is a new guard, or NULL when another
-/// owner holds the lock (still ::FERROLOCK_RESULT_OK).
+/// owner holds the lock (still ::FERROLOCK_RESULT_OK). Against a server that does not answer it
+/// returns after the response timeouts of the attempt and of its undo.
 ///
 /// # Safety
 /// Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".

@@ -179,6 +179,7 @@ static void test_codes(void) {
   CHECK(strcmp(ferrolock_result_name(12345), "UNKNOWN") == 0);
   EXPECT(FERROLOCK_RESULT_NULL_ARGUMENT, ferrolock_result_list(NULL, &n, &err));
   CHECK(strlen(ferrolock_version()) > 0);
+  CHECK(ferrolock_abi_version() == FERROLOCK_ABI_VERSION); /* this build and its header agree */
 }
 
 /* ---- bad inputs: the matrix of shared/RELIABILITY.md, "Bad input across every binding" ----
