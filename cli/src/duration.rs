@@ -120,4 +120,10 @@ mod tests {
         assert_eq!(human(Duration::from_secs(245)), "4m05s");
         assert_eq!(human(Duration::from_secs(7800)), "2h10m");
     }
+
+    #[test]
+    fn the_shortest_lease_is_accepted_and_no_shorter() {
+        assert_eq!(parse_lease("100ms"), Ok(SHORTEST_LEASE));
+        assert!(parse_lease("99ms").is_err());
+    }
 }

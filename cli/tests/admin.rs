@@ -45,6 +45,14 @@ fn status_and_forced_unlock_report_the_hold() {
     ] {
         assert!(json.contains(&want), "missing {want} in {json}");
     }
+    // The remaining lease in milliseconds (6 s, renewed every 2 s).
+    let ttl_ms: u64 = json
+        .split("\"ttl_ms\":")
+        .nth(1)
+        .and_then(|r| r.split([',', '}']).next())
+        .and_then(|v| v.parse().ok())
+        .expect("ttl_ms");
+    assert!((1000..=6000).contains(&ttl_ms), "ttl_ms {ttl_ms} in {json}");
 
     // Without --force nothing is removed.
     let out = output(on(&server).args(["unlock", "report"]));
@@ -240,4 +248,28 @@ fn a_prefix_reaches_the_applications_keys() {
     );
     assert_eq!(code(&out), Some(2), "stderr: {}", stderr(&out));
     assert!(stderr(&out).contains("FERROLOCK_PREFIX"), "{}", stderr(&out));
+}
+
+// `--redis` and `--prefix` take precedence over FERROLOCK_REDIS and FERROLOCK_PREFIX (as the
+// help says: the variables are the defaults), so a call can name other servers or keys than a
+// wrapper's environment.
+#[test]
+fn flags_take_precedence_over_the_environment() {
+    let server = RedisServer::start();
+    let nobody = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap(); // closed again below
+        format!("redis://127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let out = output(on(&server).env("FERROLOCK_REDIS", &nobody).args(["status", "envprec"]));
+    assert_eq!(code(&out), Some(0), "FERROLOCK_REDIS was used over --redis: {}", stderr(&out));
+    // Another owner's hold (docs/PROTOCOL.md) under the flag's prefix only.
+    let _: i64 = server.cmd(&["HSET", "flag:{envprec}", "owner", "other", "count", "1", "fence", "1"]);
+    let out =
+        output(on(&server).env("FERROLOCK_PREFIX", "env:").args(["--prefix", "flag:", "status", "envprec"]));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("state: held"),
+        "FERROLOCK_PREFIX was used over --prefix: {}",
+        stdout(&out)
+    );
 }

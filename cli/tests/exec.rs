@@ -625,3 +625,204 @@ fn fair_runs_get_the_lock_in_arrival_order() {
     assert_eq!(read_lines(&log), ["b", "c", "d"]);
     assert!(!held(&server, "fair"));
 }
+
+/// On panic (a failing check), SIGKILL the process group `pgid` the test's command leads, so that
+/// a command left stopped or trapping SIGTERM does not outlive the test.
+struct KillGroupOnPanic(String);
+
+impl Drop for KillGroupOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Ok(pgid) = self.0.parse::<libc::pid_t>()
+            && pgid > 0
+        {
+            // SAFETY: kill(2) of the process group of the test's own command.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Waits (at most 20 s) until `pid`'s state is `want` ('T': stopped).
+fn wait_for_state(pid: &str, want: char) {
+    let start = Instant::now();
+    while proc_state(pid) != want {
+        assert!(start.elapsed() < Duration::from_secs(20), "process {pid} never reached state {want}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// After a loss, a command stopped by a forwarded SIGTSTP gets a SIGCONT with its SIGTERM, and
+// acts on it at once: left stopped, it ran on (as far as its lock is concerned) until the
+// SIGKILL at the end of --kill-grace (10 minutes here), and ferrolock with it.
+#[test]
+fn a_loss_continues_a_stopped_command_so_that_it_acts_on_the_sigterm() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("loststopped");
+    let pid_file = dir.path("pid");
+    let mut c = on(&server);
+    c.args(["exec", "--ttl", "3s", "--kill-grace", "10m", "loststopped", "--", "sh", "-c"])
+        .args([r#"echo $$ > "$1.t"; mv "$1.t" "$1"; exec sleep 60"#, "sh"])
+        .arg(&pid_file);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&pid_file);
+    let cmd_pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    let _cleanup = KillGroupOnPanic(cmd_pid.clone());
+    p.signal(libc::SIGTSTP);
+    wait_for_state(&cmd_pid, 'T');
+    let deleted: i64 = server.cmd(&["DEL", "ferrolock:{loststopped}"]);
+    assert_eq!(deleted, 1);
+    let out = p.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(76), "stderr: {}", stderr(&out));
+    assert!(stderr(&out).contains("killed by SIGTERM"), "{}", stderr(&out));
+}
+
+// Signals still reach the command after a loss, while it finishes within its grace: a second
+// signal (an operator's SIGINT, a supervisor's stop) must not wait for the SIGKILL of the grace.
+#[test]
+fn signals_after_a_loss_still_reach_the_command() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("lostsig");
+    let (got, ready) = (dir.path("got"), dir.path("ready"));
+    // Notes a SIGTERM and runs on (its clean-up); a SIGUSR1 ends it with status 9.
+    let script = r#"trap 'echo term > "$1"' TERM; trap 'exit 9' USR1; echo $$ > "$2.t"; mv "$2.t" "$2"
+        while :; do sleep 0.05; done"#;
+    let mut c = on(&server);
+    c.args(["exec", "--ttl", "3s", "--kill-grace", "10m", "lostsig", "--", "sh", "-c", script, "sh"])
+        .arg(&got)
+        .arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    let _cleanup = KillGroupOnPanic(std::fs::read_to_string(&ready).unwrap().trim().to_owned());
+    let _: i64 = server.cmd(&["DEL", "ferrolock:{lostsig}"]);
+    wait_for_file(&got); // the loss's SIGTERM arrived; the command runs on
+    p.signal(libc::SIGUSR1);
+    let out = p.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(76), "stderr: {}", stderr(&out));
+    assert!(stderr(&out).contains("it exited with status 9"), "{}", stderr(&out));
+}
+
+// A loss that only the release finds (the command ended before the next renewal) is a loss
+// too: the command ran without the lock for a while, and its caller must hear of it.
+#[test]
+fn a_lock_found_lost_when_the_command_ends_exits_with_the_lost_code() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("foundlost");
+    let (ready, go) = (dir.path("ready"), dir.path("go"));
+    let mut c = on(&server);
+    // A 60 s lease is renewed after 20 s: the command ends long before that.
+    c.args(["exec", "--ttl", "60s", "--lost-exit-code", "99", "foundlost", "--", "sh", "-c"])
+        .args([r#"touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done"#, "sh"])
+        .arg(&ready)
+        .arg(&go);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    let deleted: i64 = server.cmd(&["DEL", "ferrolock:{foundlost}"]);
+    assert_eq!(deleted, 1);
+    std::fs::write(&go, "").expect("go");
+    let out = p.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(99), "the command exited 0 without the lock: {}", stderr(&out));
+    assert!(!held(&server, "foundlost"));
+}
+
+// A command's own exit status above 128 passes through as a status: ferrolock does not end by
+// signal status-128 (which a shell would read as the same number, but a caller that looks at how
+// it ended, or at a core dump, would not).
+#[test]
+fn a_command_status_above_128_is_an_exit_status_not_a_signal() {
+    let server = RedisServer::start();
+    for status in [130, 137, 143, 255] {
+        let out = output(on(&server).args(["exec", "hi", "--", "sh", "-c", &format!("exit {status}")]));
+        assert_eq!(out.status.code(), Some(status), "stderr: {}", stderr(&out));
+        assert_eq!(signal_of(&out), None);
+    }
+}
+
+// Without a terminal ferrolock takes SIGTSTP and SIGCONT; while it waits (no command yet) they
+// must not end the wait.
+#[test]
+fn a_stop_and_continue_while_waiting_do_not_end_the_wait() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("waitstop");
+    let h = holder(&server, "waitstop", &dir.path("ready"), &[]);
+    let ran = dir.path("ran");
+    let mut c = on(&server);
+    c.args(["exec", "--wait", "60s", "waitstop", "--", "sh", "-c", "touch \"$1\"", "sh"]).arg(&ran);
+    let waiter = Proc::spawn(&mut c);
+    wait_for_blocked(waiter.pid(), libc::SIGTSTP);
+    waiter.signal(libc::SIGTSTP);
+    waiter.signal(libc::SIGCONT);
+    // (Let it take them while the lock is still held; it waits on either way.)
+    std::thread::sleep(Duration::from_millis(500));
+    h.signal(libc::SIGTERM);
+    h.finish(Duration::from_secs(20));
+    let out = waiter.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    assert!(ran.exists(), "the command did not run");
+}
+
+// A signal ignored when ferrolock started (a non-interactive shell starts `cmd &` with SIGINT
+// and SIGQUIT ignored) stays ignored: it is neither taken nor passed on to the command.
+#[test]
+fn a_signal_ignored_at_the_start_is_not_passed_on() {
+    use std::os::unix::process::CommandExt;
+    let server = RedisServer::start();
+    let dir = TempDir::new("ignored");
+    let (got, ready) = (dir.path("got"), dir.path("ready"));
+    // Handles SIGINT (notes it) and SIGUSR1 (ends with status 5). Perl runs pending handlers in
+    // signal-number order, so a SIGINT sent before the SIGUSR1 is noted before it exits.
+    let script = r#"my ($got, $ready) = @ARGV; my $done = 0;
+        $SIG{INT} = sub { open(my $f, '>', $got) or die; print $f "int"; close $f };
+        $SIG{USR1} = sub { $done = 1 };
+        open(my $r, '>', $ready) or die; close $r;
+        for (1..600) { last if $done; select(undef, undef, undef, 0.05) }
+        exit($done ? 5 : 1);"#;
+    let mut c = on(&server);
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec (after default_signals).
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    c.args(["exec", "ignored", "--", "perl", "-e", script]).arg(&got).arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    p.signal(libc::SIGINT);
+    p.signal(libc::SIGUSR1);
+    let out = p.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(5), "stderr: {}", stderr(&out));
+    assert!(!got.exists(), "a SIGINT that ferrolock was started ignoring reached the command");
+}
+
+// `--wait 0s` still gives connecting one attempt's time (it used to give up connecting at once).
+#[test]
+fn wait_0s_still_connects() {
+    let server = RedisServer::start();
+    let out = output(on(&server).args(["exec", "--wait", "0s", "w0", "--", "true"]));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    assert!(!held(&server, "w0"));
+}
+
+// A Redlock hold lost because most masters stopped answering is still on the master that
+// answers (it renewed it while the others did not): ferrolock deletes it there before it exits.
+// Left, it kept the lock from everyone for a lease that nobody held.
+#[test]
+fn after_a_redlock_loss_the_hold_on_the_answering_master_is_released() {
+    let servers = ferrolock_testkit::start_many(3);
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let dir = TempDir::new("rllost");
+    let ready = dir.path("ready");
+    let mut c = ferrolock(&urls);
+    c.args(["exec", "--ttl", "10s", "rl-lost", "--", "sh", "-c", "touch \"$1\"; exec sleep 60", "sh"])
+        .arg(&ready);
+    let p = Proc::spawn(&mut c);
+    wait_for_file(&ready);
+    assert!(servers.iter().all(|s| held(s, "rl-lost")));
+    servers[1].pause();
+    servers[2].pause();
+    let out = p.finish(Duration::from_secs(60));
+    servers[1].resume();
+    servers[2].resume();
+    assert_eq!(code(&out), Some(76), "stderr: {}", stderr(&out));
+    assert!(!held(&servers[0], "rl-lost"), "the lost hold was left on the master that answers");
+}

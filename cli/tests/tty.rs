@@ -247,3 +247,27 @@ fn a_command_started_in_the_background_can_read_the_terminal_after_fg() {
         format!("set -m; {} & sleep 1; fg %1 >/dev/null", exec_script(url, script))
     });
 }
+
+// At a terminal a Ctrl-Z stops ferrolock together with its command (job control treats them
+// as one job), and the shell gets its prompt back; `kill %1` then ends both and the lock is
+// released. (ferrolock taking SIGTSTP there left the shell waiting for a job that never stopped.)
+#[test]
+fn ctrl_z_on_a_terminal_stops_ferrolock_with_its_command() {
+    let server = RedisServer::start();
+    let dir = TempDir::new("ctrlz");
+    let ready = dir.path("ready");
+    let ready_s = ready.display().to_string();
+    let exec = sh_words(&bin_args(
+        &server,
+        &["exec", "kz", "--", "sh", "-c", "touch \"$1\"; exec sleep 60", "sh", &ready_s],
+    ));
+    let line = format!("set -m; {exec}; echo \"rc=$?\"; kill %1; kill -CONT %1; wait; echo done");
+    let mut p = terminal_line(&line);
+    wait_for_file(&ready);
+    p.type_in(b"\x1a");
+    let out = p.finish(Duration::from_secs(30));
+    let screen = stdout(&out);
+    assert!(screen.contains(&format!("rc={}", 128 + libc::SIGTSTP)), "the job did not stop: {screen}");
+    assert!(screen.contains("done"), "{screen}");
+    assert!(!held(&server, "kz"));
+}
