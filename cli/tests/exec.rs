@@ -661,7 +661,7 @@ fn a_loss_continues_a_stopped_command_so_that_it_acts_on_the_sigterm() {
     let pid_file = dir.path("pid");
     let mut c = on(&server);
     c.args(["exec", "--ttl", "3s", "--kill-grace", "10m", "loststopped", "--", "sh", "-c"])
-        .args([r#"echo $$ > "$1.t"; mv "$1.t" "$1"; exec sleep 60"#, "sh"])
+        .args([r#"exec >/dev/null 2>&1; echo $$ > "$1.t"; mv "$1.t" "$1"; exec sleep 60"#, "sh"])
         .arg(&pid_file);
     let p = Proc::spawn(&mut c);
     wait_for_file(&pid_file);
@@ -684,7 +684,7 @@ fn signals_after_a_loss_still_reach_the_command() {
     let dir = TempDir::new("lostsig");
     let (got, ready) = (dir.path("got"), dir.path("ready"));
     // Notes a SIGTERM and runs on (its clean-up); a SIGUSR1 ends it with status 9.
-    let script = r#"trap 'echo term > "$1"' TERM; trap 'exit 9' USR1; echo $$ > "$2.t"; mv "$2.t" "$2"
+    let script = r#"exec >/dev/null 2>&1; trap 'echo term > "$1"' TERM; trap 'exit 9' USR1; echo $$ > "$2.t"; mv "$2.t" "$2"
         while :; do sleep 0.05; done"#;
     let mut c = on(&server);
     c.args(["exec", "--ttl", "3s", "--kill-grace", "10m", "lostsig", "--", "sh", "-c", script, "sh"])
@@ -801,6 +801,22 @@ fn wait_0s_still_connects() {
     let out = output(on(&server).args(["exec", "--wait", "0s", "w0", "--", "true"]));
     assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
     assert!(!held(&server, "w0"));
+}
+
+// ... and to a server that answers late: connecting to a paused server is still given one
+// attempt's time with `--wait 0s` (a wait of zero used to bound connecting to nothing).
+#[test]
+fn wait_0s_still_connects_to_a_slow_server() {
+    let server = RedisServer::start();
+    server.pause();
+    let mut p = Proc::spawn(on(&server).args(["exec", "--wait", "0s", "w0slow", "--", "true"]));
+    wait_for_blocked(p.pid(), libc::SIGTERM); // ferrolock is up and connecting
+    let running = p.still_running_after(Duration::from_millis(200));
+    server.resume();
+    assert!(running, "ferrolock gave up on a server that answers 200 ms late");
+    let out = p.finish(Duration::from_secs(30));
+    assert_eq!(code(&out), Some(0), "stderr: {}", stderr(&out));
+    assert!(!held(&server, "w0slow"));
 }
 
 // A Redlock hold lost because most masters stopped answering is still on the master that

@@ -48,15 +48,54 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A child process killed (SIGKILL, by its own pid) if the test ends before it does.
+/// A child process killed (SIGKILL, by its own pid) if the test ends before it does. Its stdout
+/// and stderr are read by threads of their own from the start, so that a full pipe never stalls
+/// it and a descendant that inherited the pipes (a command's `sleep`) never stalls the test.
 pub struct Proc {
     child: Option<Child>,
+    out: Option<Drain>,
+    err: Option<Drain>,
+}
+
+/// One pipe read to its end by a thread; `take` waits a bounded time for that end.
+struct Drain {
+    done: std::sync::mpsc::Receiver<()>,
+    bytes: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Drain {
+    fn start(pipe: Option<impl std::io::Read + Send + 'static>) -> Option<Drain> {
+        let mut pipe = pipe?;
+        let bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, done) = std::sync::mpsc::channel();
+        let sink = bytes.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = pipe.read(&mut buf) {
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+            let _ = tx.send(());
+        });
+        Some(Drain { done, bytes })
+    }
+
+    /// What was read, once the pipe ended or after `limit` (a descendant still holding it).
+    fn take(self, limit: Duration) -> Vec<u8> {
+        let _ = self.done.recv_timeout(limit);
+        std::mem::take(&mut *self.bytes.lock().unwrap())
+    }
 }
 
 impl Proc {
     pub fn spawn(cmd: &mut Command) -> Proc {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        Proc { child: Some(cmd.spawn().expect("spawn ferrolock")) }
+        Proc::from_child(cmd.spawn().expect("spawn ferrolock"))
+    }
+
+    fn from_child(mut child: Child) -> Proc {
+        let out = Drain::start(child.stdout.take());
+        let err = Drain::start(child.stderr.take());
+        Proc { child: Some(child), out, err }
     }
 
     pub fn pid(&self) -> u32 {
@@ -80,16 +119,28 @@ impl Proc {
     pub fn finish(mut self, limit: Duration) -> Output {
         let mut child = self.child.take().expect("running");
         let start = Instant::now();
-        loop {
-            if child.try_wait().expect("try_wait").is_some() {
-                return child.wait_with_output().expect("output");
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break Some(status);
             }
             if start.elapsed() > limit {
                 let _ = child.kill();
-                let out = child.wait_with_output().expect("output");
-                panic!("ferrolock did not exit within {limit:?}; stderr: {}", stderr(&out));
+                let _ = child.wait();
+                break None;
             }
             std::thread::sleep(Duration::from_millis(10));
+        };
+        // Output written before the exit is in the pipes by now; a descendant that still holds
+        // them is given a moment, not the test's time.
+        let grace = Duration::from_secs(2);
+        let stdout = self.out.take().map(|d| d.take(grace)).unwrap_or_default();
+        let stderr = self.err.take().map(|d| d.take(grace)).unwrap_or_default();
+        match status {
+            Some(status) => Output { status, stdout, stderr },
+            None => panic!(
+                "ferrolock did not exit within {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&stderr)
+            ),
         }
     }
 }
@@ -231,8 +282,7 @@ pub fn terminal_line(line: &str) -> Proc {
     default_signals(&mut c);
     c.stdin(Stdio::piped());
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = c.spawn().expect("run script(1) from util-linux (needed for the terminal tests)");
-    Proc { child: Some(child) }
+    Proc::from_child(c.spawn().expect("run script(1) from util-linux (needed for the terminal tests)"))
 }
 
 impl Proc {
