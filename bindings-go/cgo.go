@@ -32,8 +32,17 @@ func check(rc C.ferrolock_result, cerr *C.ferrolock_error) error {
 	if rc == C.FERROLOCK_RESULT_OK {
 		return nil
 	}
-	e := &Error{Code: ErrorCode(rc), Message: C.GoString(C.ferrolock_error_message(cerr))}
+	e := goError(ErrorCode(rc), cerr)
 	C.ferrolock_error_free(cerr)
+	return e
+}
+
+// goError copies a C error (NULL reads as an empty message) and the failure behind it.
+func goError(code ErrorCode, cerr *C.ferrolock_error) *Error {
+	e := &Error{Code: code, Message: C.GoString(C.ferrolock_error_message(cerr))}
+	if cause := C.ferrolock_error_cause(cerr); cause != nil {
+		e.Cause = goError(ErrorCode(C.ferrolock_error_code(cause)), cause)
+	}
 	return e
 }
 

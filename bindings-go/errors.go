@@ -47,7 +47,13 @@ func (c ErrorCode) Format(f fmt.State, verb rune) {
 type Error struct {
 	Code    ErrorCode
 	Message string
-	cause   error
+	// Cause is the failure behind an ErrAcquireTimeout or ErrCancelled wait whose attempts
+	// failed (a server that did not answer: ErrTimeout, ErrConnection; a grant not replicated),
+	// which the message quotes too; nil when the wait ended because another owner held the
+	// lock. It is not in the Unwrap chain: errors.Is(err, ErrTimeout) keeps meaning that the
+	// call itself timed out, not a wait that ended after failed attempts.
+	Cause   *Error
+	wrapped error // the context error of a call its context ended (Unwrap)
 }
 
 func (e *Error) Error() string { return "ferrolock: " + e.Message }
@@ -70,7 +76,7 @@ func (e *Error) As(target any) bool {
 // Unwrap returns the context error behind ErrAcquireTimeout / ErrCancelled when the call ended
 // because its context did (errors.Is(err, context.DeadlineExceeded) then holds too, and so does
 // errors.Is(err, cause) for a context cancelled with a cause).
-func (e *Error) Unwrap() error { return e.cause }
+func (e *Error) Unwrap() error { return e.wrapped }
 
 // Code returns the ErrorCode of err, or 0 if err is not a ferrolock error.
 func Code(err error) ErrorCode {
@@ -92,7 +98,7 @@ func contextError(ctx context.Context, onDeadline ErrorCode) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code = onDeadline
 	}
-	return &Error{Code: code, Message: code.String() + ": " + fmt.Sprint(context.Cause(ctx)), cause: ctxCause(ctx)}
+	return &Error{Code: code, Message: code.String() + ": " + fmt.Sprint(context.Cause(ctx)), wrapped: ctxCause(ctx)}
 }
 
 // ctxCause is what an error of a call its context ended wraps: ctx.Err(), so that

@@ -278,14 +278,25 @@ func TestAcquireDeadlineQuotesTheLastFailure(t *testing.T) {
 	// Control: a lock that is only held is not reported as a failure.
 	if err := wait(other); strings.Contains(err.Error(), "the last attempt failed") {
 		t.Fatalf("a held lock reported as a failure: %v", err)
+	} else if fe := (*ferrolock.Error)(nil); !errors.As(err, &fe) || fe.Cause != nil {
+		t.Fatalf("a held lock's wait has a cause: %#v", fe)
 	}
 	release(t, h)
 	// The server stops answering (every client's commands held back for 3 s).
 	if reply := inlineLine(t, url, "CLIENT PAUSE 3000 ALL"); reply != "+OK" {
 		t.Fatalf("CLIENT PAUSE: %q", reply)
 	}
-	if err := wait(l); !strings.Contains(err.Error(), "the last attempt failed: TIMEOUT") {
+	err := wait(l)
+	if !strings.Contains(err.Error(), "the last attempt failed: TIMEOUT") {
 		t.Fatalf("the unanswered server is not mentioned: %v", err)
+	}
+	// The failure is the error's Cause too, outside the Unwrap chain.
+	var fe *ferrolock.Error
+	if !errors.As(err, &fe) || fe.Cause == nil || fe.Cause.Code != ferrolock.ErrTimeout {
+		t.Fatalf("no TIMEOUT cause: %#v", fe)
+	}
+	if errors.Is(err, ferrolock.ErrTimeout) || ferrolock.Code(err) != ferrolock.ErrAcquireTimeout {
+		t.Fatalf("the cause is matched as the error itself: %v", err)
 	}
 }
 

@@ -146,7 +146,7 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 		}
 		var fe *Error
 		if ctx.Err() != nil && errors.Is(err, ErrQuorumNotReached) && errors.As(err, &fe) {
-			fe.cause = ctxCause(ctx) // the wait ended without a quorum: say so, and wrap ctx's error
+			fe.wrapped = ctxCause(ctx) // the wait ended without a quorum: say so, and wrap ctx's error
 			return nil, fe
 		}
 		if ctx.Err() != nil && (errors.Is(err, ErrAcquireTimeout) || errors.Is(err, ErrCancelled)) {
@@ -159,6 +159,7 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 				if i := strings.Index(fe.Message, lastFailure); i >= 0 {
 					out.Message += "; " + fe.Message[i:]
 				}
+				out.Cause = fe.Cause
 			}
 			return nil, ce
 		}

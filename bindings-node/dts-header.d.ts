@@ -39,6 +39,12 @@ export type ErrorCodeName =
 /** An error raised by ferrolock: `code` is the core's stable string code, e.g. `"NOT_HELD"`. */
 export interface FerrolockError extends Error {
   code: ErrorCodeName
+  /**
+   * Why a wait ended: for `ACQUIRE_TIMEOUT` after attempts that failed, that failure (a
+   * `FerrolockError`, e.g. `TIMEOUT`); for an acquire aborted through its `signal`, the abort's
+   * reason. Absent when the lock was held by another owner.
+   */
+  cause?: unknown
 }
 
 /** Every stable error code by name (`ErrorCode.NOT_HELD === "NOT_HELD"`), built from `errorCodes()`. */

@@ -247,7 +247,9 @@ Lock.prototype.acquire = async function acquire(options) {
     return held;
   } catch (e) {
     const err = withCallerStack(normalize(e), acquire);
-    if (err.code === CANCELLED && signal?.aborted && err.cause === undefined) err.cause = signal.reason;
+    // An aborted wait's cause is the abort's reason (the core's account of failed attempts, its
+    // own cause, stays quoted in the message).
+    if (err.code === CANCELLED && signal?.aborted) err.cause = signal.reason;
     throw err;
   } finally {
     signal?.removeEventListener('abort', onAbort);

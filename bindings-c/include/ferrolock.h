@@ -526,6 +526,19 @@ uint32_t ferrolock_error_code(const ferrolock_error *error);
 const char *ferrolock_error_message(const ferrolock_error *error);
 
 /**
+ * The failure behind `error`, or NULL when it has none (or `error` is NULL): for
+ * ::FERROLOCK_RESULT_ACQUIRE_TIMEOUT or ::FERROLOCK_RESULT_CANCELLED from an acquire whose latest
+ * attempt failed (a server that could not be reached: ::FERROLOCK_RESULT_TIMEOUT,
+ * ::FERROLOCK_RESULT_CONNECTION; a grant not replicated), that attempt's error; NULL when the
+ * wait ended because another owner held the lock. Read it with ferrolock_error_code() and
+ * ferrolock_error_message(). Owned by `error`: valid until `error` is freed, never freed itself.
+ *
+ * # Safety
+ * Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".
+ */
+const ferrolock_error *ferrolock_error_cause(const ferrolock_error *error);
+
+/**
  * Free an error. NULL is a no-op. The pointer must not be used afterwards.
  *
  * # Safety

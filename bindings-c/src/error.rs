@@ -13,6 +13,7 @@ use crate::result::{self, ferrolock_result};
 pub struct ferrolock_error {
     code: u32,
     message: CString,
+    cause: Option<Box<ferrolock_error>>,
 }
 
 impl ferrolock_error {
@@ -21,6 +22,7 @@ impl ferrolock_error {
         ferrolock_error {
             code: ferrolock_result::from_kind(e.kind()) as u32,
             message: CString::new(text).unwrap_or_default(),
+            cause: e.cause().map(|c| Box::new(ferrolock_error::new(c))),
         }
     }
 }
@@ -45,6 +47,25 @@ pub unsafe extern "C" fn ferrolock_error_message(error: *const ferrolock_error) 
     catch(c"".as_ptr(), || {
         // SAFETY: as for ferrolock_error_code().
         unsafe { error.as_ref() }.map_or(c"".as_ptr(), |e| e.message.as_ptr())
+    })
+}
+
+/// The failure behind `error`, or NULL when it has none (or `error` is NULL): for
+/// ::FERROLOCK_RESULT_ACQUIRE_TIMEOUT or ::FERROLOCK_RESULT_CANCELLED from an acquire whose latest
+/// attempt failed (a server that could not be reached: ::FERROLOCK_RESULT_TIMEOUT,
+/// ::FERROLOCK_RESULT_CONNECTION; a grant not replicated), that attempt's error; NULL when the
+/// wait ended because another owner held the lock. Read it with ferrolock_error_code() and
+/// ferrolock_error_message(). Owned by `error`: valid until `error` is freed, never freed itself.
+///
+/// # Safety
+/// Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_error_cause(error: *const ferrolock_error) -> *const ferrolock_error {
+    catch(std::ptr::null(), || {
+        // SAFETY: as for ferrolock_error_code().
+        unsafe { error.as_ref() }
+            .and_then(|e| e.cause.as_deref())
+            .map_or(std::ptr::null(), |c| c as *const ferrolock_error)
     })
 }
 

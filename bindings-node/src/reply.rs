@@ -70,12 +70,38 @@ impl<T: ToNapiValue> ToNapiValue for Reply<T> {
 /// # Safety
 /// `env` must be the live env of the current JS thread.
 pub unsafe fn to_js_error(env: sys::napi_env, e: &ferrolock::Error) -> napi::Error {
-    let err = napi::Error::new(e.kind().name(), e.message());
     // SAFETY: env is live (caller contract).
-    let raw = unsafe { JsError::from(err).into_value(env) };
+    let raw = unsafe { error_value(env, e) };
     // SAFETY: raw was just created in env.
     match unsafe { Unknown::from_napi_value(env, raw) } {
         Ok(v) => napi::Error::from(v),
         Err(fail) => fail,
     }
+}
+
+/// The JS `Error` of `e`; the error behind it (the failure that ended a wait) as its `cause`,
+/// a property as `new Error(message, { cause })` makes it (own, not enumerable).
+///
+/// # Safety
+/// `env` must be the live env of the current JS thread.
+unsafe fn error_value(env: sys::napi_env, e: &ferrolock::Error) -> sys::napi_value {
+    // SAFETY: env is live (caller contract).
+    let raw = unsafe { JsError::from(napi::Error::new(e.kind().name(), e.message())).into_value(env) };
+    if let Some(cause) = e.cause() {
+        let property = sys::napi_property_descriptor {
+            utf8name: c"cause".as_ptr(),
+            name: std::ptr::null_mut(),
+            method: None,
+            getter: None,
+            setter: None,
+            // SAFETY: as above.
+            value: unsafe { error_value(env, cause) },
+            attributes: sys::PropertyAttributes::writable | sys::PropertyAttributes::configurable,
+            data: std::ptr::null_mut(),
+        };
+        // SAFETY: raw is an object of env; the descriptor lives across the call. A failure
+        // (a pending exception) only leaves the cause out.
+        unsafe { sys::napi_define_properties(env, raw, 1, &property) };
+    }
+    raw
 }

@@ -275,6 +275,29 @@ describe('cancellation', () => {
     await h.release();
   });
 
+  test('an elapsed wait on a stopped server has the failure as its cause; a held lock\'s has none', async () => {
+    const own = await startRedis();
+    const c = await Client.connect(own.url, { responseTimeout: 200 });
+    try {
+      const name = fresh('wait-failing');
+      const holder = await c.lock(name, { ttl: 5000 }).acquire();
+      const held = await c.lock(name, { ttl: 5000 }).acquire({ wait: 100 }).catch((e) => e);
+      assert.equal(held.code, 'ACQUIRE_TIMEOUT');
+      assert.equal(held.cause, undefined);
+      await holder.release();
+      process.kill(own.pid, 'SIGSTOP');
+      const err = await c.lock(fresh('wait-failing'), { ttl: 5000 }).acquire({ wait: 700 }).catch((e) => e);
+      assert.equal(err.code, 'ACQUIRE_TIMEOUT');
+      assert.ok(err.cause instanceof Error, `no cause: ${err.message}`);
+      assert.equal(err.cause.code, 'TIMEOUT');
+      assert.ok(!Object.keys(err).includes('cause'), 'cause is not enumerable, as with new Error(m, { cause })');
+    } finally {
+      process.kill(own.pid, 'SIGCONT');
+      c.close();
+      await own.stop();
+    }
+  });
+
   test('an abort after failed attempts quotes the last failure, as an elapsed wait does', async () => {
     // A server that stops answering: each attempt times out and is retried until the abort.
     const own = await startRedis();

@@ -169,12 +169,17 @@ fn make_error(py: Python<'_>, code: u32, message: &str) -> PyResult<Py<PyAny>> {
     Ok(to_py(py, ferrolock::Error::new(kind, message)).into_value(py).into_any())
 }
 
-/// A core error as the matching Python exception.
+/// A core error as the matching Python exception; its cause (the failure that ended a wait) as
+/// the exception's `__cause__`, as `raise … from cause` sets it.
 pub fn to_py(py: Python<'_>, e: ferrolock::Error) -> PyErr {
     match table(py) {
         Ok(t) => {
             let ty = t.kinds.iter().find(|(k, _)| *k == e.kind()).map_or(&t.base, |(_, ty)| ty);
-            PyErr::from_type(ty.bind(py).clone(), (e.message().to_owned(),))
+            let err = PyErr::from_type(ty.bind(py).clone(), (e.message().to_owned(),));
+            if let Some(cause) = e.cause() {
+                err.set_cause(py, Some(to_py(py, cause.clone())));
+            }
+            err
         }
         Err(err) => err,
     }

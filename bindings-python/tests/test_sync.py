@@ -418,5 +418,12 @@ def test_a_wait_on_a_stopped_server_warns_and_says_why(servers: List[RedisServer
     finally:
         os.kill(server.proc.pid, signal.SIGCONT)
     assert "the last attempt failed: TIMEOUT" in str(e.value)
+    # The failure is the exception's __cause__ too, as `raise ... from` sets it.
+    assert isinstance(e.value.__cause__, ferrolock.RedisTimeoutError), repr(e.value.__cause__)
+    # Control: a wait that ends on a lock another owner holds has no cause.
+    with lock:
+        with pytest.raises(ferrolock.AcquireTimeoutError) as held:
+            client.lock(name, ttl=5).acquire(wait=0.1)
+    assert held.value.__cause__ is None
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("keeps failing" in m for m in warned), warned

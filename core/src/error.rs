@@ -169,7 +169,8 @@ impl fmt::Display for ErrorKind {
     }
 }
 
-/// A ferrolock error: a stable [`ErrorKind`] plus a human-readable message.
+/// A ferrolock error: a stable [`ErrorKind`] plus a human-readable message, and for a wait that
+/// ended while its attempts failed, that failure as its [`cause`](Error::cause).
 ///
 /// Messages never contain passwords: every message built from a server or driver error passes
 /// through the client's redaction first.
@@ -177,12 +178,28 @@ impl fmt::Display for ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    cause: Option<Box<Error>>,
 }
 
 impl Error {
     /// A new error of `kind`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into() }
+        Error { kind, message: message.into(), cause: None }
+    }
+
+    /// `self`, caused by `cause`.
+    pub(crate) fn caused_by(mut self, cause: Error) -> Self {
+        self.cause = Some(Box::new(cause));
+        self
+    }
+
+    /// The failure behind this error, if there is one: for an [`ErrorKind::AcquireTimeout`] or
+    /// [`ErrorKind::Cancelled`] acquire whose latest attempt failed (a server that could not be
+    /// reached, a grant not replicated), that attempt's error; `None` when the wait ended
+    /// because the lock was held by another owner. The message quotes it too. Also
+    /// [`std::error::Error::source`].
+    pub fn cause(&self) -> Option<&Error> {
+        self.cause.as_deref()
     }
 
     /// The stable kind.
@@ -308,11 +325,16 @@ impl fmt::Debug for Error {
             .field("kind", &self.kind)
             .field("code", &self.kind.code())
             .field("message", &self.message)
+            .field("cause", &self.cause)
             .finish()
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_deref().map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

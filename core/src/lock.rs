@@ -183,7 +183,8 @@ impl Lock {
                         e.kind().name(),
                         e.message()
                     ),
-                ),
+                )
+                .caused_by(e),
                 None => Error::new(ErrorKind::Cancelled, "the acquire was cancelled"),
             }),
             r = self.acquire_noting(wait, Some(&last)) => r,
@@ -500,6 +501,7 @@ impl Lock {
                 cause.message()
             ),
         )
+        .caused_by(cause.clone())
     }
 
     pub(crate) fn current(&self) -> Option<Arc<Hold>> {

@@ -1528,6 +1528,7 @@ async fn a_cancelled_wait_quotes_a_quorum_it_could_not_reach() {
     let e = cancelled(client.lock("cq-held", lease()).unwrap()).await;
     assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
     assert!(!e.message().contains("last attempt failed"), "a held lock quoted as a failure: {e}");
+    assert!(e.cause().is_none(), "{e:?}");
     g.release().await.unwrap();
     for s in &servers[1..] {
         s.pause();
@@ -1538,6 +1539,7 @@ async fn a_cancelled_wait_quotes_a_quorum_it_could_not_reach() {
     }
     assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
     assert!(e.message().contains("the last attempt failed: QUORUM_NOT_REACHED"), "{e}");
+    assert_eq!(e.cause().map(|c| c.kind()), Some(ErrorKind::QuorumNotReached), "{e:?}");
 }
 
 // The acquire reaches a stopped master and times out there (the master lags from then on); four

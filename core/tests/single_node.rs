@@ -753,11 +753,17 @@ async fn a_wait_on_a_stopped_server_quotes_the_failure() {
     server.resume();
     assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "{e}");
     assert!(e.message().contains("the last attempt failed: TIMEOUT"), "{e}");
-    // A lock held by another owner still times out with the plain message.
+    // ... and hands that failure on as its cause, for callers that branch on it.
+    let cause = e.cause().expect("the failure as the cause");
+    assert_eq!(cause.kind(), ErrorKind::Timeout, "{e:?}");
+    let source = std::error::Error::source(&e).expect("the cause as the source");
+    assert_eq!(source.to_string(), cause.to_string());
+    // A lock held by another owner still times out with the plain message, and no cause.
     let held = lock.acquire(Some(Duration::ZERO)).await.unwrap();
     let other = client.lock("unanswered", LockOptions::lease(Duration::from_secs(10))).unwrap();
     let e = other.acquire(Some(Duration::from_millis(100))).await.unwrap_err();
     assert_eq!(e.message(), "the wait elapsed before the lock was free");
+    assert!(e.cause().is_none(), "{e:?}");
     held.release().await.unwrap();
 }
 

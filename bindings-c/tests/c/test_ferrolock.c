@@ -770,11 +770,14 @@ static void test_expire_extend_timeout(void) {
   ferrolock_lock *a = new_lock(c, "expire", 300, FERROLOCK_RENEW_NEVER);
   ferrolock_lock *b = new_lock(c, "expire", 300, FERROLOCK_RENEW_NEVER);
 
-  /* Acquire timeout: output untouched. */
+  /* Acquire timeout: output untouched; held by another owner, so no cause. */
   ferrolock_guard *ga = acquire(a, 1000);
   ferrolock_guard *gb = (ferrolock_guard *)0x5a5a;
   long long t0 = now_ms();
-  EXPECT(FERROLOCK_RESULT_ACQUIRE_TIMEOUT, ferrolock_lock_acquire(b, 50, &gb, &err));
+  ferrolock_error *held = NULL;
+  CHECK(ferrolock_lock_acquire(b, 50, &gb, &held) == FERROLOCK_RESULT_ACQUIRE_TIMEOUT);
+  CHECK(ferrolock_error_cause(held) == NULL);
+  ferrolock_error_free(held);
   CHECK(gb == (ferrolock_guard *)0x5a5a);
   CHECK(now_ms() - t0 >= 40);
   /* try_acquire: OK with a NULL guard while held elsewhere. */
@@ -1824,7 +1827,19 @@ static void test_dead_server_sigpipe(void) {
     exit(1);
   }
   CHECK(g == NULL);
+  CHECK(ferrolock_error_cause(e) == NULL);
   ferrolock_error_free(e);
+  /* A wait on the dead server ends as ACQUIRE_TIMEOUT with the failure as its cause: a caller
+     tells a server it cannot reach from a lock another owner holds without reading the text. */
+  e = NULL;
+  CHECK(ferrolock_lock_acquire(l, 300, &g, &e) == FERROLOCK_RESULT_ACQUIRE_TIMEOUT);
+  const ferrolock_error *cause = ferrolock_error_cause(e);
+  CHECK(cause != NULL);
+  CHECK(ferrolock_error_code(cause) == FERROLOCK_RESULT_CONNECTION);
+  CHECK(strncmp(ferrolock_error_message(cause), "CONNECTION: ", 12) == 0);
+  CHECK(ferrolock_error_cause(cause) == NULL);
+  ferrolock_error_free(e);
+  CHECK(ferrolock_error_cause(NULL) == NULL);
   ferrolock_lock_free(l);
   ferrolock_client_free(c);
   CHECK(sigaction(SIGPIPE, &before, NULL) == 0);
