@@ -189,17 +189,13 @@ async fn acquire(lock: &Lock, a: &ExecArgs, wait: Option<Duration>, shown: &str)
     }
     match lock.acquire(wait).await {
         Ok(g) => Ok(g),
-        // The core quotes a failure that ended the wait (a server that did not answer, a grant
-        // not replicated): the lock was not necessarily held.
-        Err(e)
-            if e.kind() == ErrorKind::AcquireTimeout && e.message().contains("the last attempt failed") =>
-        {
-            Err(not_obtained(format!(
-                "lock {shown} was not obtained within {}: {}",
-                human(a.wait.unwrap_or_default()),
-                e.message()
-            )))
-        }
+        // A wait that ended on a failure (a server that did not answer, a grant not replicated)
+        // has it as its cause, which its message quotes: the lock was not necessarily held.
+        Err(e) if e.kind() == ErrorKind::AcquireTimeout && e.cause().is_some() => Err(not_obtained(format!(
+            "lock {shown} was not obtained within {}: {}",
+            human(a.wait.unwrap_or_default()),
+            e.message()
+        ))),
         // Redlock: masters that stopped answering during the wait end it with the core's
         // QUORUM_NOT_REACHED (the last round did not reach a quorum), what one server's wait
         // reports as ACQUIRE_TIMEOUT quoting the failure: not obtained either.
