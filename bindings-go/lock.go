@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 )
@@ -156,10 +155,10 @@ func (l *Lock) Acquire(ctx context.Context) (*Held, error) {
 			// as for a lock that was only held by another owner.
 			var fe, out *Error
 			if errors.As(err, &fe) && errors.As(ce, &out) {
-				if i := strings.Index(fe.Message, lastFailure); i >= 0 {
-					out.Message += "; " + fe.Message[i:]
+				if fe.Cause != nil {
+					out.Message += "; the last attempt failed: " + fe.Cause.Message
+					out.Cause = fe.Cause
 				}
-				out.Cause = fe.Cause
 			}
 			return nil, ce
 		}
@@ -183,9 +182,6 @@ func deliver(ctx context.Context, g *C.ferrolock_guard) (*Held, error) {
 // deadlineGrace is how long after ctx's deadline Acquire lets the core end the same wait on its
 // own (and report why) before it cancels it.
 const deadlineGrace = 200 * time.Millisecond
-
-// lastFailure starts the core's quote of a failed attempt in an error that ends a wait.
-const lastFailure = "the last attempt failed: "
 
 // maxWait is the longest wait the library accepts (one year, core's MAX_DURATION).
 const maxWait = 365 * 24 * time.Hour
