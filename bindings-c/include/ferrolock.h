@@ -663,10 +663,14 @@ ferrolock_result ferrolock_guard_ensure(const ferrolock_guard *guard,
                                         ferrolock_error **out_error);
 
 /**
- * Block until the hold is lost or `timeout_ms` elapses.
+ * Block until the hold is lost, this guard is released (by another thread), or `timeout_ms`
+ * elapses.
  *
- * @param out_lost receives true if the hold was lost, false when the timeout elapsed first (a
- *        released hold is never lost, so then this waits the whole timeout).
+ * @param out_lost receives true if the hold was lost, false when the timeout elapsed first.
+ * @return ::FERROLOCK_RESULT_OK; ::FERROLOCK_RESULT_NOT_HELD, at once, when this guard is
+ *         released, before the call or during it (a released hold is never lost: a thread
+ *         watching for the loss is told instead of sleeping out its timeout);
+ *         ::FERROLOCK_RESULT_CLOSED for a freed guard.
  *
  * # Safety
  * Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".

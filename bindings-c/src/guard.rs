@@ -241,10 +241,14 @@ pub unsafe extern "C" fn ferrolock_guard_ensure(
     unsafe { call(out_error, || GUARDS.get(guard)?.ensure(Duration::from_millis(margin_ms))) }
 }
 
-/// Block until the hold is lost or `timeout_ms` elapses.
+/// Block until the hold is lost, this guard is released (by another thread), or `timeout_ms`
+/// elapses.
 ///
-/// @param out_lost receives true if the hold was lost, false when the timeout elapsed first (a
-///        released hold is never lost, so then this waits the whole timeout).
+/// @param out_lost receives true if the hold was lost, false when the timeout elapsed first.
+/// @return ::FERROLOCK_RESULT_OK; ::FERROLOCK_RESULT_NOT_HELD, at once, when this guard is
+///         released, before the call or during it (a released hold is never lost: a thread
+///         watching for the loss is told instead of sleeping out its timeout);
+///         ::FERROLOCK_RESULT_CLOSED for a freed guard.
 ///
 /// # Safety
 /// Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".
@@ -261,9 +265,12 @@ pub unsafe extern "C" fn ferrolock_guard_wait_lost(
             non_null(out_lost, "out_lost")?;
             let g = GUARDS.get(guard)?;
             let timeout = Duration::from_millis(timeout_ms);
-            let lost =
-                blocking::block_on(async move { tokio::time::timeout(timeout, g.lost()).await.is_ok() });
-            write(out_lost, lost);
+            let ended =
+                blocking::block_on(async move { tokio::time::timeout(timeout, g.ended()).await.ok() });
+            if ended == Some(LockState::Released) {
+                return Err(Error::new(ferrolock::ErrorKind::NotHeld, "the guard was released"));
+            }
+            write(out_lost, ended == Some(LockState::Lost));
             Ok(())
         })
     }

@@ -685,6 +685,7 @@ impl Lock {
             dropped: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             unseen: Mutex::new(None),
+            released_now: tokio::sync::Notify::new(),
         };
         Guard { lock: self.clone(), hold, flags: Arc::new(flags) }
     }
@@ -983,6 +984,8 @@ struct Flags {
     /// The outcome of a release whose caller stopped (or may stop) waiting for it, for the next
     /// release to report ([`ReleaseRest`], [`Guard::release_spawned`]).
     unseen: Mutex<Option<Outcome>>,
+    /// Woken when `done` is set ([`Guard::ended`]).
+    released_now: tokio::sync::Notify,
 }
 
 /// A release's outcome once it is known.
@@ -1030,6 +1033,7 @@ impl Flags {
             }
             Ok(()) => {
                 self.done.store(true, Ordering::Release);
+                self.released_now.notify_waiters();
                 hold.forget_lost(self.id);
                 self.give_up(lock, hold);
             }
@@ -1143,6 +1147,24 @@ impl Guard {
                 r = rx.changed() => if r.is_err() { std::future::pending::<()>().await },
                 _ = tokio::time::sleep_until(deadline.into()) => {}
             }
+        }
+    }
+
+    /// Resolves when this guard's level ends: [`LockState::Lost`] once the hold is lost while
+    /// the level is held, [`LockState::Released`] once the level is released (at once if it
+    /// already is). Unlike [`Guard::lost`], a wait for the loss that a release (on another task
+    /// or thread) ends at once rather than never.
+    pub async fn ended(&self) -> LockState {
+        let released = self.flags.released_now.notified();
+        tokio::pin!(released);
+        // Registered before `done` is read: a release in between still wakes it.
+        released.as_mut().enable();
+        if self.is_done() {
+            return LockState::Released;
+        }
+        tokio::select! {
+            () = self.lost() => LockState::Lost,
+            () = released => LockState::Released,
         }
     }
 

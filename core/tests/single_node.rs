@@ -1727,3 +1727,38 @@ async fn a_late_renewal_reply_counts_from_its_send() {
     assert_eq!(g.state(), LockState::Held);
     g.release().await.unwrap();
 }
+
+// `ended()` resolves when this guard's level ends either way: a release on another task ends a
+// wait at once (`lost()` never resolves then), a released guard answers at once, and a loss is
+// a loss. Inner levels end with their own release while the hold lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_resolves_on_release_as_on_loss() {
+    let server = RedisServer::start();
+    let client = connect_with(&server, fast_opts()).await;
+    let lock = client.lock("ended", LockOptions::lease(Duration::from_secs(2))).unwrap();
+    let g = Arc::new(lock.acquire(Some(Duration::ZERO)).await.unwrap());
+    let waiter = tokio::spawn({
+        let g = g.clone();
+        async move { g.ended().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished(), "ended() before the release");
+    g.release().await.unwrap();
+    let state =
+        tokio::time::timeout(Duration::from_secs(2), waiter).await.expect("the release did not end the wait");
+    assert_eq!(state.unwrap(), LockState::Released);
+    assert_eq!(g.ended().await, LockState::Released, "a released guard answers at once");
+
+    // A re-entered level ends with its release; the outer level is still held.
+    let outer = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let inner = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    inner.release().await.unwrap();
+    assert_eq!(inner.ended().await, LockState::Released);
+    assert!(tokio::time::timeout(Duration::from_millis(100), outer.ended()).await.is_err(), "outer ended");
+
+    // Another owner's DEL: the hold is lost (the watchdog's renewal finds it).
+    let _: () = server.cmd(&["DEL", "ferrolock:{ended}"]);
+    let state =
+        tokio::time::timeout(Duration::from_secs(20), outer.ended()).await.expect("loss not reported");
+    assert_eq!(state, LockState::Lost);
+}

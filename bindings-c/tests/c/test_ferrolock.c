@@ -859,6 +859,20 @@ static void on_lost_reenter(void *user_data, const ferrolock_error *error) {
   atomic_fetch_add(&b->done, 1);
 }
 
+typedef struct {
+  ferrolock_guard *guard;
+  atomic_int started;
+  atomic_int rc;
+} waiter_args;
+
+static void *lost_waiter(void *p) {
+  waiter_args *w = p;
+  atomic_store(&w->started, 1);
+  bool lost = false;
+  atomic_store(&w->rc, (int)ferrolock_guard_wait_lost(w->guard, 20000, &lost, NULL));
+  return NULL;
+}
+
 static void test_lost(void) {
   ferrolock_client *c = connect_client();
   ferrolock_lock *a = new_lock(c, "lost", 600, FERROLOCK_RENEW_ALWAYS);
@@ -901,9 +915,29 @@ static void test_lost(void) {
   CHECK(atomic_load(&heap->calls) == 1);
   CHECK(atomic_load(&heap->saw_null) == 1);
   free(heap);
+  /* A released guard: wait_lost says so at once instead of sleeping out its timeout. */
+  long long t0 = now_ms();
+  bool untouched = true;
+  EXPECT(FERROLOCK_RESULT_NOT_HELD, ferrolock_guard_wait_lost(g, 10000, &untouched, &err));
+  CHECK(untouched);
+  CHECK(now_ms() - t0 < 5000);
   ferrolock_guard_free(g);
   sleep_ms(50);
   CHECK(atomic_load(&box.calls) == 1); /* exactly once */
+
+  /* ... and a release on another thread ends a wait in progress. */
+  g = acquire(a, 1000);
+  waiter_args w = {g, 0, 0};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, lost_waiter, &w) == 0);
+  for (int i = 0; i < 500 && atomic_load(&w.started) == 0; i++) sleep_ms(10);
+  sleep_ms(100);
+  t0 = now_ms();
+  OK(ferrolock_guard_release(g, &err));
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(atomic_load(&w.rc) == FERROLOCK_RESULT_NOT_HELD);
+  CHECK(now_ms() - t0 < 5000);
+  ferrolock_guard_free(g);
 
   /* The callback may call back into the library, even blocking calls: no deadlock. */
   ferrolock_lock *other = new_lock(c, "lost", 5000, FERROLOCK_RENEW_NEVER);
