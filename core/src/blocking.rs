@@ -222,10 +222,12 @@ impl Guard {
         self.inner.state()
     }
 
-    /// Block until the hold is lost or `timeout` elapses; true if lost.
+    /// Block until the hold is lost or `timeout` elapses; true if lost. Returns false at once
+    /// when this guard is released, also by another thread during the wait (a released hold is
+    /// never lost: see [`crate::Guard::ended`]).
     pub fn wait_lost(&self, timeout: Duration) -> bool {
         let g = self.inner.clone();
-        block_on(async move { tokio::time::timeout(timeout, g.lost()).await.is_ok() })
+        block_on(async move { tokio::time::timeout(timeout, g.ended()).await == Ok(LockState::Lost) })
     }
 
     /// See [`crate::Guard::on_lost`].

@@ -1415,6 +1415,28 @@ fn blocking_from_thread_and_inside_runtime() {
     assert!(client.inspect("blk").unwrap().is_none());
 }
 
+// The blocking facade's wait_lost on a watcher thread returns when another thread releases the
+// guard (it used to sleep out its timeout: a released hold is never lost).
+#[test]
+fn blocking_wait_lost_returns_on_release() {
+    use ferrolock::blocking;
+    let server = RedisServer::start();
+    let client = blocking::Client::connect(&server.url(), ClientOptions::default()).unwrap();
+    let lock = client.lock("blkwait", LockOptions::lease(Duration::from_secs(5))).unwrap();
+    let g = Arc::new(lock.acquire(Some(Duration::ZERO)).unwrap());
+    let watcher = std::thread::spawn({
+        let g = g.clone();
+        move || (g.wait_lost(Duration::from_secs(20)), Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!watcher.is_finished(), "wait_lost returned while held");
+    let released = Instant::now();
+    g.release().unwrap();
+    let (lost, at) = watcher.join().unwrap();
+    assert!(!lost);
+    assert!(at.duration_since(released) < Duration::from_secs(5), "the release did not end the wait");
+}
+
 // 11. A password never appears in Display/Debug of the client, options, guards or errors.
 #[tokio::test]
 async fn password_never_leaks() {
