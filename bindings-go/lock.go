@@ -188,9 +188,10 @@ const maxWait = 365 * 24 * time.Hour
 
 // TryAcquire makes one attempt without waiting: (nil, nil) when another owner holds the lock.
 // The attempt is one request, but a server that stops answering holds it for the client's
-// response timeouts (up to about four: the attempt, its undo and the undo's retry,
-// docs/CONNECTIONS.md; Redlock: RedlockNodeTimeout per master); ctx ends it sooner, with an
-// error matching ErrAcquireTimeout (deadline) or ErrCancelled and the context's own error. An
+// response timeouts (up to about four: the hot-path connect, the attempt, its undo and the
+// undo's retry, docs/CONNECTIONS.md; Redlock: RedlockNodeTimeout per master); ctx ends it
+// sooner, with an error matching ErrAcquireTimeout (deadline) or ErrCancelled and the context's
+// own error. An
 // attempt cut short is undone in Redis, and a grant that races with the end of ctx is released.
 // The returned Held carries ctx's values, not its cancellation.
 func (l *Lock) TryAcquire(ctx context.Context) (*Held, error) {

@@ -94,7 +94,7 @@ export interface Client {
 
 /**
  * A connection to one Redis server (`redis://[user:password@]host[:port][/db]`, `rediss://`
- * for TLS). Cheap to share; all its locks use one multiplexed connection.
+ * for TLS). Cheap to share: all its locks share its connections (docs/CONNECTIONS.md).
  */
 export declare class Client {
   /**
@@ -252,7 +252,7 @@ export interface ErrorCodeInfo {
    * 4xx protocol, 5xx internal).
    */
   code: number
-  /** Whether retrying later may succeed (connection trouble, timeouts). */
+  /** Whether retrying later may succeed (connection trouble, timeouts, quorum, replicas). */
   transient: boolean
 }
 

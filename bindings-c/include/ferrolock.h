@@ -418,8 +418,9 @@ ferrolock_result ferrolock_client_new(const char *url,
  * @return ::FERROLOCK_RESULT_OK; ::FERROLOCK_RESULT_QUORUM_NOT_REACHED if fewer than a quorum
  *         of masters can be reached now (the others are reconnected in the background once
  *         connected); ::FERROLOCK_RESULT_INVALID_CONFIG for an even count without a quorum, a
- *         quorum that is not a strict majority, or a master listed twice (the same URL: one
- *         server under two names, such as `localhost` and `127.0.0.1`, is not detected);
+ *         quorum that is not a strict majority, or a master listed twice (the same host and
+ *         port, whatever the db or credentials: one server under two names, such as
+ *         `localhost` and `127.0.0.1`, is not detected);
  *         ::FERROLOCK_RESULT_INVALID_URL, ::FERROLOCK_RESULT_NULL_ARGUMENT, …
  *
  * # Safety
@@ -769,7 +770,7 @@ ferrolock_result ferrolock_lock_acquire_cancellable(const ferrolock_lock *lock,
 /**
  * One attempt without waiting. On success `*out_guard` is a new guard, or NULL when another
  * owner holds the lock (still ::FERROLOCK_RESULT_OK). Against a server that does not answer it
- * returns after the response timeouts of the attempt and of its undo.
+ * returns after up to about four response timeouts (docs/CONNECTIONS.md).
  *
  * # Safety
  * Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".

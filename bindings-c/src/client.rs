@@ -170,8 +170,9 @@ pub unsafe extern "C" fn ferrolock_client_new(
 /// @return ::FERROLOCK_RESULT_OK; ::FERROLOCK_RESULT_QUORUM_NOT_REACHED if fewer than a quorum
 ///         of masters can be reached now (the others are reconnected in the background once
 ///         connected); ::FERROLOCK_RESULT_INVALID_CONFIG for an even count without a quorum, a
-///         quorum that is not a strict majority, or a master listed twice (the same URL: one
-///         server under two names, such as `localhost` and `127.0.0.1`, is not detected);
+///         quorum that is not a strict majority, or a master listed twice (the same host and
+///         port, whatever the db or credentials: one server under two names, such as
+///         `localhost` and `127.0.0.1`, is not detected);
 ///         ::FERROLOCK_RESULT_INVALID_URL, ::FERROLOCK_RESULT_NULL_ARGUMENT, …
 ///
 /// # Safety

@@ -193,7 +193,7 @@ fn triggered(cancel: *const ferrolock_cancel) -> Result<impl Future<Output = ()>
 
 /// One attempt without waiting. On success `*out_guard` is a new guard, or NULL when another
 /// owner holds the lock (still ::FERROLOCK_RESULT_OK). Against a server that does not answer it
-/// returns after the response timeouts of the attempt and of its undo.
+/// returns after up to about four response timeouts (docs/CONNECTIONS.md).
 ///
 /// # Safety
 /// Every pointer argument is NULL or valid as described in bindings-c/README.md, "API conventions".

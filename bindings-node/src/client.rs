@@ -13,7 +13,7 @@ use crate::lock::Lock;
 use crate::reply::Reply;
 
 /// A connection to one Redis server (`redis://[user:password@]host[:port][/db]`, `rediss://`
-/// for TLS). Cheap to share; all its locks use one multiplexed connection.
+/// for TLS). Cheap to share: all its locks share its connections (docs/CONNECTIONS.md).
 #[napi]
 pub struct Client {
     inner: Mutex<Option<ferrolock::Client>>,

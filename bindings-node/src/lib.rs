@@ -29,7 +29,7 @@ pub struct ErrorCodeInfo {
     /// The stable numeric code (ranges: 1xx argument, 2xx connection, 3xx lock state,
     /// 4xx protocol, 5xx internal).
     pub code: u32,
-    /// Whether retrying later may succeed (connection trouble, timeouts).
+    /// Whether retrying later may succeed (connection trouble, timeouts, quorum, replicas).
     pub transient: bool,
 }
 

@@ -55,7 +55,7 @@ fn driver() -> &'static Driver {
 }
 
 /// The facade's runtime (built on first use). Tasks spawned onto it are driven by the
-/// background thread (within about 2 ms while blocking calls keep it off the runtime).
+/// background thread (within about 8 ms while blocking calls keep it off the runtime).
 pub fn runtime() -> &'static tokio::runtime::Runtime {
     driver().runtime()
 }

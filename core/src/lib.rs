@@ -35,7 +35,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Sync code uses [`blocking`], which has the same names.
+//! Sync code uses [`blocking`], which has the same names for the lock operations.
 
 pub mod blocking;
 mod client;
