@@ -101,6 +101,16 @@ func TestBadInputMatrix(t *testing.T) {
 		{"Connect(prefix not UTF-8)", ferrolock.ErrInvalidConfig, connectWith(url, &ferrolock.ClientOptions{Prefix: "\xc3"})},
 		{"Connect(WatchdogTTL 3ms)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{WatchdogTTL: 3 * time.Millisecond})},
 		{"Connect(ReplicaAcksTimeout 5s)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{ReplicaAcks: 1, ReplicaAcksTimeout: 5 * time.Second})},
+		// Every negative duration is a mistake, not "the default" (which 0 asks for): each one is
+		// checked by the binding, as time.Duration is signed and the C fields are not.
+		{"Connect(WatchdogTTL negative)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{WatchdogTTL: -time.Second})},
+		{"Connect(ReplicaAcksTimeout negative)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{ReplicaAcks: 1, ReplicaAcksTimeout: -time.Millisecond})},
+		{"ConnectRedlock(RedlockNodeTimeout negative)", ferrolock.ErrInvalidDuration, func(t *testing.T) error {
+			return only(ferrolock.ConnectRedlock(ctx, []string{url}, &ferrolock.ClientOptions{RedlockNodeTimeout: -time.Millisecond}))
+		}},
+		{"ConnectRedlock(RedlockQuorum negative)", ferrolock.ErrInvalidConfig, func(t *testing.T) error {
+			return only(ferrolock.ConnectRedlock(ctx, []string{url}, &ferrolock.ClientOptions{RedlockQuorum: -1}))
+		}},
 		{"Connect(cancelled context)", ferrolock.ErrCancelled, func(t *testing.T) error {
 			err := only(ferrolock.Connect(cancelled, url, nil))
 			if !errors.Is(err, context.Canceled) {

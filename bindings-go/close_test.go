@@ -9,8 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -346,6 +348,63 @@ func TestCloseFromLossAndFromManyGoroutines(t *testing.T) {
 	for err := range errs {
 		if !errors.Is(err, ferrolock.ErrClosed) {
 			t.Errorf("acquire loop ended with %v, want ErrClosed", err)
+		}
+	}
+}
+
+// clients lists the server's client connections (CLIENT LIST), this look's own included.
+func clients(t *testing.T, url string) []string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "redis://"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("CLIENT LIST\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	head, err := r.ReadString('\n')
+	n, aerr := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil || aerr != nil || !strings.HasPrefix(head, "$") {
+		t.Fatalf("CLIENT LIST: %q %v", head, err)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(body)), "\n")
+}
+
+// A Connect that its ctx ends first returns at once, and the connection that arrives late is
+// closed when it does: a server slow to answer must not keep a connection per timed-out Connect.
+func TestALateConnectionIsClosed(t *testing.T) {
+	url := startRedis(t)
+	if reply := inlineLine(t, url, "CLIENT PAUSE 1000 ALL"); reply != "+OK" {
+		t.Fatalf("CLIENT PAUSE: %q", reply)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	c, err := ferrolock.Connect(ctx, url, nil)
+	took := time.Since(start)
+	if c != nil || !errors.Is(err, ferrolock.ErrTimeout) || errors.Is(err, ferrolock.ErrAcquireTimeout) ||
+		!errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Connect to a paused server: %v, %v (want ErrTimeout wrapping the deadline)", c, err)
+	}
+	if took > 900*time.Millisecond {
+		t.Fatalf("Connect returned %v after its 100 ms context", took)
+	}
+	// The first look waits for the pause to end, as the late connection's handshake does. Once
+	// that connection is closed, the look is the server's only client.
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		list := clients(t, url)
+		if len(list) == 1 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the late connection was left open: %q", list)
 		}
 	}
 }

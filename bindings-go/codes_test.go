@@ -35,6 +35,10 @@ func TestErrorCodesWalkEveryCode(t *testing.T) {
 			}
 		}
 	}
+	// Code also reads a bare ErrorCode (a sentinel, wrapped or not), and 0 for other errors.
+	if Code(ErrNotHeld) != ErrNotHeld || Code(fmt.Errorf("wrapped: %w", ErrLost)) != ErrLost || Code(errors.New("x")) != 0 || Code(nil) != 0 {
+		t.Errorf("Code of sentinels: %v, %v", Code(ErrNotHeld), Code(fmt.Errorf("wrapped: %w", ErrLost)))
+	}
 	if ErrorCode(7).String() != "ErrorCode(7)" || libraryCodeName(7) != "UNKNOWN" {
 		t.Error("unknown codes are not reported as unknown")
 	}

@@ -150,8 +150,34 @@ func TestInspect(t *testing.T) {
 	if info, err := c.Inspect(ctx, "far"); err != nil || info == nil || info.TTL != math.MaxInt64 {
 		t.Fatalf("far expiry: %+v, %v", info, err)
 	}
+	// A hold without any expiry (set by someone else) reads as a negative TTL, "no expiry".
+	inlineInt(t, url, "HSET ferrolock:{forever} owner x count 1 fence 7")
+	if info, err := c.Inspect(ctx, "forever"); err != nil || info == nil || info.TTL >= 0 {
+		t.Fatalf("no expiry: %+v, %v (want a negative TTL)", info, err)
+	}
 	var nilClient *ferrolock.Client
 	if _, err := nilClient.Inspect(ctx, "seen"); !errors.Is(err, ferrolock.ErrClosed) {
 		t.Fatalf("nil client: %v", err)
+	}
+}
+
+// ForceUnlock reports whether anything was held: true for a hold (deleted), false for a free name
+// (then and right after the deletion).
+func TestForceUnlockReportsWhetherItWasHeld(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	ctx := context.Background()
+	if was, err := c.ForceUnlock(ctx, "fu-free"); err != nil || was {
+		t.Fatalf("ForceUnlock of a free name: %v, %v (want false)", was, err)
+	}
+	h := acquire(t, newLock(t, c, "fu-free", lease(10*time.Second)), time.Second)
+	if was, err := c.ForceUnlock(ctx, "fu-free"); err != nil || !was {
+		t.Fatalf("ForceUnlock of a held name: %v, %v (want true)", was, err)
+	}
+	if was, err := c.ForceUnlock(ctx, "fu-free"); err != nil || was {
+		t.Fatalf("a second ForceUnlock: %v, %v (want false)", was, err)
+	}
+	if err := h.Release(ctx); !errors.Is(err, ferrolock.ErrLost) {
+		t.Fatalf("release after ForceUnlock: %v, want ErrLost", err)
 	}
 }

@@ -3,6 +3,7 @@ package ferrolock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -332,6 +333,94 @@ func TestTryAcquireEndsWithItsContext(t *testing.T) {
 	}
 }
 
+// Extend, Inspect and ForceUnlock end with their ctx when the server holds the request back,
+// with an error matching ErrTimeout (nothing was being acquired: not ErrAcquireTimeout) and the
+// context's own error, well before the client's response timeout (1 s).
+func TestServerCallsEndWithTheirContext(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	h := acquire(t, newLock(t, c, "calls-ctx", lease(10*time.Second)), time.Second)
+	for _, tc := range []struct {
+		what string
+		call func(context.Context) error
+	}{
+		{"Extend", func(ctx context.Context) error { return h.Extend(ctx, 5*time.Second) }},
+		{"Inspect", func(ctx context.Context) error { return only(c.Inspect(ctx, "calls-ctx")) }},
+		{"ForceUnlock", func(ctx context.Context) error { _, err := c.ForceUnlock(ctx, "calls-ctx-free"); return err }},
+	} {
+		if _, err := c.Inspect(context.Background(), "calls-ctx"); err != nil { // the connection up
+			t.Fatal(err)
+		}
+		if reply := inlineLine(t, url, "CLIENT PAUSE 1500 ALL"); reply != "+OK" {
+			t.Fatalf("CLIENT PAUSE: %q", reply)
+		}
+		paused := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := tc.call(ctx)
+		took := time.Since(paused)
+		cancel()
+		if reply := inlineLine(t, url, "PING"); reply != "+PONG" { // answered once the pause ends
+			t.Fatalf("PING: %q", reply)
+		}
+		if !errors.Is(err, ferrolock.ErrTimeout) || errors.Is(err, ferrolock.ErrAcquireTimeout) ||
+			!errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s on a paused server: %v (want ErrTimeout wrapping the deadline)", tc.what, err)
+		}
+		if took > 900*time.Millisecond {
+			t.Fatalf("%s returned %v after its 100 ms context", tc.what, took)
+		}
+	}
+}
+
+// Ensure refuses a hold with no more than margin of validity left (ErrLost), accepts a smaller
+// margin, and changes nothing either way.
+func TestEnsureHonoursItsMargin(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	h := acquire(t, newLock(t, c, "ensure-margin", lease(2*time.Second)), time.Second)
+	if err := h.Ensure(100 * time.Millisecond); err != nil {
+		t.Fatalf("Ensure(100ms) of a fresh 2 s lease: %v", err)
+	}
+	if err := h.Ensure(3 * time.Second); !errors.Is(err, ferrolock.ErrLost) {
+		t.Fatalf("Ensure(3s) of a 2 s lease: %v, want ErrLost", err)
+	}
+	if h.State() != ferrolock.StateHeld || h.Ensure(0) != nil {
+		t.Fatalf("a refused Ensure changed the hold: %v", h.State())
+	}
+	release(t, h)
+}
+
+// Close of a Held cancels its Context() (context.Canceled, not a loss), leaves Lost() open and the
+// lock held in Redis (its lease runs out), whether Context() was taken before the Close or after.
+func TestHeldCloseEndsItsContext(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, nil)
+	watched := acquire(t, newLock(t, c, "held-close-1", lease(10*time.Second)), time.Second)
+	ctx, lost := watched.Context(), watched.Lost()
+	watched.Close()
+	if err := ctx.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Context() after Close: %v, want context.Canceled", err)
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ferrolock.ErrLost) {
+		t.Fatalf("Close reported as a loss: %v", cause)
+	}
+	select {
+	case <-lost:
+		t.Fatal("Lost() closed by Close")
+	default:
+	}
+	unwatched := acquire(t, newLock(t, c, "held-close-2", lease(10*time.Second)), time.Second)
+	unwatched.Close()
+	if err := unwatched.Context().Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Context() taken after Close: %v, want context.Canceled", err)
+	}
+	for _, name := range []string{"held-close-1", "held-close-2"} {
+		if info, err := c.Inspect(context.Background(), name); err != nil || info == nil {
+			t.Fatalf("%s after Close: %+v, %v (Close must not release)", name, info, err)
+		}
+	}
+}
+
 // endsOnSecondErr is a cancellable context cancelled by the second call of Err: the first is
 // Acquire's check on entry, the next one comes after the grant. Done and Err stay consistent.
 type endsOnSecondErr struct {
@@ -399,6 +488,72 @@ func TestARetriedReleaseWaitsForTheOneInFlight(t *testing.T) {
 	}
 	if err := h.Release(context.Background()); !errors.Is(err, ferrolock.ErrNotHeld) {
 		t.Fatalf("a third release: %v, want ErrNotHeld", err)
+	}
+}
+
+// A Release whose ctx ended first, and whose background release then failed (the server did not
+// answer within the client's response timeouts, which leaves the level unreleased): the next
+// Release sends it again and succeeds, rather than reporting the failure of the one before.
+func TestAReleaseRetriedAfterAFailedOneSendsItAgain(t *testing.T) {
+	url := startRedis(t)
+	c := connect(t, url, &ferrolock.ClientOptions{ResponseTimeout: 100 * time.Millisecond})
+	l := newLock(t, c, "release-failed", lease(10*time.Second))
+	probe := newLock(t, connect(t, url, nil), "release-failed", lease(10*time.Second))
+	if !isFree(t, probe) { // the probe's connection up before the pause
+		t.Fatal("not free at the start")
+	}
+	h := acquire(t, l, time.Second)
+	// Far longer than the release's attempts take to fail (a few 100 ms response timeouts).
+	if reply := inlineLine(t, url, "CLIENT PAUSE 1500 ALL"); reply != "+OK" {
+		t.Fatalf("CLIENT PAUSE: %q", reply)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.Release(short); !errors.Is(err, ferrolock.ErrTimeout) {
+		t.Fatalf("Release on a paused server: %v, want ErrTimeout", err)
+	}
+	if reply := inlineLine(t, url, "PING"); reply != "+PONG" { // answered once the pause ends
+		t.Fatalf("PING: %q", reply)
+	}
+	retry, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	if err := h.Release(retry); err != nil {
+		t.Fatalf("the release retried after a failed one: %v", err)
+	}
+	if h.State() != ferrolock.StateReleased || !isFree(t, probe) {
+		t.Fatalf("not released after the retried release returned: %v", h.State())
+	}
+}
+
+// A shutdown Release (a context already done) after one whose ctx ended first: it waits for the
+// release in flight, as a Release with a done context does, and reports its outcome, rather than
+// returning the context's error at once (at random, when both were ready), which also skipped the
+// resend of a release that had failed.
+func TestAReleaseWithADoneContextWaitsForTheOneInFlight(t *testing.T) {
+	url := startRedis(t)
+	admin := connect(t, url, nil)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 0; i < 5; i++ {
+		c := connect(t, url, nil)
+		name := fmt.Sprintf("release-done-inflight-%d", i)
+		h := acquire(t, newLock(t, c, name, lease(30*time.Second)), time.Second)
+		if reply := inlineLine(t, url, "CLIENT PAUSE 500 ALL"); reply != "+OK" {
+			t.Fatalf("CLIENT PAUSE: %q", reply)
+		}
+		short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err := h.Release(short)
+		cancel()
+		if !errors.Is(err, ferrolock.ErrTimeout) {
+			t.Fatalf("Release on a paused server: %v, want ErrTimeout", err)
+		}
+		if err := h.Release(done); err != nil {
+			t.Fatalf("run %d: Release with a done context after one in flight: %v, want nil", i, err)
+		}
+		c.Close()
+		if info, err := admin.Inspect(context.Background(), name); err != nil || info != nil {
+			t.Fatalf("run %d: held after the release and Close: %+v, %v", i, info, err)
+		}
 	}
 }
 

@@ -202,10 +202,20 @@ func (h *Held) Release(ctx context.Context) error {
 		run := h.unseen
 		h.mu.Unlock()
 		if run != nil {
-			select {
-			case <-run.done:
-			case <-ctx.Done():
-				return contextError(ctx, ErrTimeout)
+			if ctx.Err() != nil {
+				// A context already done waits all the same (see below), so that a Close right
+				// after this Release cannot stop the release, and a failed one is sent again.
+				<-run.done
+			} else {
+				select {
+				case <-run.done:
+				case <-ctx.Done():
+					select {
+					case <-run.done: // both ready: the outcome, not the context, as above
+					default:
+						return contextError(ctx, ErrTimeout)
+					}
+				}
 			}
 			h.mu.Lock()
 			if h.unseen == run {
