@@ -24,9 +24,11 @@ pub fn opt_millis(what: &str, ms: Option<f64>) -> Result<Option<Duration>> {
     ms.map(|v| millis(what, v)).transpose()
 }
 
-/// Milliseconds as a JS number.
+/// Milliseconds as a JS number. From whole nanoseconds: `as_secs_f64() * 1000.0` rounded a
+/// duration made from a whole number of milliseconds to a neighbouring float (1001 ms read back
+/// as 1000.9999999999999).
 pub fn to_millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+    d.as_nanos() as f64 / 1e6
 }
 
 /// A lock name: a string (UTF-8 on the wire; lone surrogates are refused, not replaced) or a
@@ -210,6 +212,9 @@ mod tests {
         assert_eq!(millis("t", 1500.0).ok(), Some(Duration::from_millis(1500)));
         assert_eq!(millis("t", 0.5).ok(), Some(Duration::from_micros(500)));
         assert_eq!(to_millis(Duration::from_millis(250)), 250.0);
+        for ms in [1001.0, 1003.0, 2000.5, 0.5, 86_400_000.0] {
+            assert_eq!(millis("t", ms).map(to_millis).ok(), Some(ms), "{ms}");
+        }
     }
 
     #[test]

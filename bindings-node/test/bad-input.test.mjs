@@ -89,6 +89,17 @@ test('options and arguments of the wrong shape', async () => {
   await assert.rejects(client.withLock('bad-shape', 'not a function'), { code: 'INVALID_ARGUMENT' });
 });
 
+test('counts must be whole numbers: a fraction is refused, not truncated', async () => {
+  // maxReentrancy 2.5 read as 2, or a quorum of 1.5 read as 1, would change what the lock guarantees.
+  for (const options of [{ maxReentrancy: 2.5 }, { maxNameLen: 100.5 }, { redlockMaxInflight: 1.5 }, { redlockQuorum: 1.5 },
+    { replicaAcks: { replicas: 1.5, timeout: 100 } }]) {
+    await assert.rejects(Client.connect(server.url, options), { code: 'INVALID_CONFIG' }, JSON.stringify(options));
+  }
+  await assert.rejects(Redlock.connect([server.url], { redlockQuorum: 1.5 }), { code: 'INVALID_CONFIG' });
+  // Control: the whole numbers next to them are accepted.
+  (await Client.connect(server.url, { maxReentrancy: 2, maxNameLen: 100, redlockMaxInflight: 1, redlockQuorum: 1 })).close();
+});
+
 test('unknown option keys are refused, naming the key; every documented key is accepted', async () => {
   // Another library's option would otherwise be ignored: `timeout` read as no bound at all.
   const lock = client.lock('unknown-keys', { ttl: 2000 });

@@ -1,6 +1,7 @@
 // The error mapping is total over the core's table, and codes are what users match on.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import net from 'node:net';
 import { createRequire } from 'node:module';
 import { test } from 'node:test';
 
@@ -69,4 +70,22 @@ test('an error made when a call settles carries the caller\'s frames', async () 
     assert.ok(String(err.stack).includes(here), err.stack);
     return true;
   });
+});
+
+test('connectTimeout bounds a connect to a server that accepts but never answers', async () => {
+  // The default (2 s per connect, with the reconnect attempts after it) takes about 8 s here;
+  // a connectTimeout that was read but not used passed every other test.
+  const silent = net.createServer(() => {});
+  await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  try {
+    const t0 = performance.now();
+    await assert.rejects(
+      ferrolock.Client.connect(`redis://127.0.0.1:${silent.address().port}`, { connectTimeout: 200 }),
+      { code: 'TIMEOUT' },
+    );
+    const took = performance.now() - t0;
+    assert.ok(took < 4000, `connectTimeout 200 ms ignored: the connect took ${Math.round(took)} ms`);
+  } finally {
+    silent.close();
+  }
 });

@@ -71,6 +71,25 @@ test('waiters are served in arrival order, each by the release alone', async () 
   assert.ok(control.calls >= 9, `control: ${control.calls} scripts`);
 });
 
+test('withLock with fair: true waits in the server-side queue', async () => {
+  // The test below only shows that withLock({ fair: true }) runs its body, which a withLock
+  // that dropped `fair` does too: here its waiter must be queued on the server.
+  const name = fresh('with-queue');
+  const held = await (await connect()).lock(name, { ttl: 2000, fair: true }).acquire();
+  const c = await connect();
+  const body = c.withLock(name, async (_signal, h) => h.fence, { fair: true, wait: 10000 });
+  const t0 = Date.now();
+  try {
+    while (Number(await server.cli('LLEN', `ferrolock:{${name}}:queue`)) !== 1) {
+      assert.ok(Date.now() - t0 < 3000, 'withLock({ fair: true }) never queued its waiter');
+      await sleep(2);
+    }
+  } finally {
+    await held.release();
+  }
+  assert.ok(await body > held.fence);
+});
+
 test('withLock passes fair on; Redlock refuses it', async () => {
   const c = await connect();
   const name = fresh('with');

@@ -160,3 +160,24 @@ test('a signal kept on its own keeps its hold renewed; dropped too, the hold run
   assert.equal(out.acquiredAfterDrop, true, 'still renewed after the signal was dropped too');
   assert.ok(out.ms < 3000);
 });
+
+test('a live hold with an onLost callback and a signal listener does not keep the process alive', async () => {
+  // The native loss hook is weak: a script that is done (its hold left to its lease) exits at
+  // once, not when the lease runs out and the hook has fired.
+  const pkg = new URL('../index.js', import.meta.url).pathname;
+  const script = `
+    const { Client } = require(${JSON.stringify(pkg)});
+    (async () => {
+      const c = await Client.connect(process.argv[1]);
+      const h = await c.lock('exit-with-hold-' + process.pid, { ttl: 20000 }).acquire();
+      h.onLost(() => {});
+      h.signal.addEventListener('abort', () => {});
+      globalThis.kept = h;
+      process.stdout.write('holding\\n');
+    })().catch((e) => { console.error(e); process.exit(1); });
+  `;
+  const t0 = performance.now();
+  const { stdout } = await run(process.execPath, ['-e', script, server.url], { timeout: 10000 });
+  assert.equal(stdout, 'holding\n');
+  assert.ok(performance.now() - t0 < 8000, 'the process waited for the lease to run out');
+});

@@ -100,6 +100,24 @@ describe('expire and extend', () => {
       c.close();
     }
   });
+
+  test('renew: false without a ttl takes the watchdog lease once and lets it run out', async () => {
+    // A lock made without `ttl` renews by default; `renew: false` must turn that off.
+    const c = await Client.connect(server.url, { watchdogTtl: 300 });
+    try {
+      const name = fresh('no-renew');
+      const lock = c.lock(name, { renew: false });
+      assert.equal(lock.ttl, 300);
+      const h = await lock.acquire();
+      const lost = new Promise((resolve) => h.signal.addEventListener('abort', resolve, { once: true }));
+      const outcome = await Promise.race([lost.then(() => 'lost'), sleep(3000).then(() => 'still held')]);
+      assert.equal(outcome, 'lost', 'a renew: false hold was renewed past its lease');
+      assert.equal(h.state, 'lost');
+      assert.equal(await server.cli('EXISTS', `ferrolock:{${name}}`), '0');
+    } finally {
+      c.close();
+    }
+  });
 });
 
 describe('reentrancy', () => {
@@ -162,6 +180,50 @@ describe('fencing', () => {
     const h2 = await client.lock(name, { ttl: 2000 }).acquire();
     assert.equal(h2.fence, 2 ** 52 + 5);
     await h2.release();
+  });
+});
+
+describe('lease and retention options', () => {
+  test('inspect reports the holder\'s depth and its lease in ms; Lock.ttl is in ms', async () => {
+    const name = fresh('inspect');
+    const lock = client.lock(name, { ttl: 5000 });
+    assert.equal(lock.ttl, 5000);
+    assert.equal(client.lock(name).ttl, 30000, 'without ttl: the default watchdogTtl');
+    const h = await lock.acquire();
+    const h2 = await lock.acquire();
+    const info = await client.inspect(name);
+    assert.equal(info.count, 2);
+    assert.equal(info.fence, h.fence);
+    assert.equal(typeof info.owner, 'string');
+    assert.ok(info.ttl > 4000 && info.ttl <= 5000, `inspect ttl ${info.ttl}`);
+    await h2.release();
+    await h.release();
+  });
+
+  test('fenceRetention sets how long the fencing counter is kept', async () => {
+    const c = await Client.connect(server.url, { fenceRetention: 60000 });
+    try {
+      const name = fresh('retention');
+      const h = await c.lock(name, { ttl: 2000 }).acquire();
+      const pttl = Number(await server.cli('PTTL', `ferrolock:{${name}}:fence`));
+      assert.ok(pttl > 0 && pttl <= 60000, `fence key PTTL ${pttl} (the default is 7 days)`);
+      await h.release();
+    } finally {
+      c.close();
+    }
+  });
+});
+
+describe('durations read back', () => {
+  test('Lock.ttl gives back the ttl the lock was made with', () => {
+    // 1001 ms read back as 1000.9999999999999 (seconds as a float, times 1000).
+    const off = [];
+    for (let ttl = 10; ttl <= 20000; ttl++) {
+      const got = client.lock('ttl-roundtrip', { ttl }).ttl;
+      if (got !== ttl) off.push(`${ttl} -> ${got}`);
+    }
+    assert.deepEqual(off.slice(0, 5), []);
+    assert.equal(client.lock('ttl-roundtrip', { ttl: 2000.5 }).ttl, 2000.5);
   });
 });
 
@@ -449,6 +511,38 @@ describe('helpers', () => {
     await sleep(350); // the fixed lease runs out
     assert.equal(h.state, 'lost');
     await assert.rejects(h[Symbol.asyncDispose](), { code: 'LOST' });
+  });
+
+  test('withLock bounds its wait by the wait option: ACQUIRE_TIMEOUT, the body never runs', async () => {
+    // A withLock that dropped `wait` waited without bound: here until the holder's 10 s lease
+    // ran out, then ran the body after all.
+    const name = fresh('with-wait');
+    const holder = await client.lock(name, { ttl: 10000 }).acquire();
+    let ran = false;
+    const t0 = performance.now();
+    await assert.rejects(client.withLock(name, async () => { ran = true; }, { wait: 100 }), { code: 'ACQUIRE_TIMEOUT' });
+    assert.ok(performance.now() - t0 < 5000, 'the wait was not bounded by the option');
+    assert.equal(ran, false);
+    await holder.release();
+  });
+
+  test('withLock: a body that outlived its lease rejects with LOST; a failing body keeps its own error', async () => {
+    // The body waits for its signal: the fixed lease's deadline aborts it (no sleep, no renewal).
+    const untilLost = (signal) => new Promise((resolve) => {
+      if (signal.aborted) resolve();
+      else signal.addEventListener('abort', resolve, { once: true });
+    });
+    // Its work is done, but the hold was lost meanwhile: the caller must hear of it, not get
+    // the result as if the section had run under the lock.
+    await assert.rejects(client.withLock(fresh('with-lost'), async (signal) => {
+      await untilLost(signal);
+      return 'done';
+    }, { ttl: 200 }), { code: 'LOST' });
+    // The body's own error wins over the release's LOST.
+    await assert.rejects(client.withLock(fresh('with-lost-throw'), async (signal) => {
+      await untilLost(signal);
+      throw new Error('body failed');
+    }, { ttl: 200 }), { message: 'body failed' });
   });
 });
 

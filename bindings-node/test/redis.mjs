@@ -11,6 +11,11 @@ process.on('exit', () => {
     try { p.kill('SIGKILL'); } catch { /* already gone */ }
   }
 });
+// A test file the runner ends (its --test-timeout) or an interrupted run: stop the servers too
+// ('exit' runs on process.exit, not on a signal's default action).
+for (const sig of ['SIGTERM', 'SIGINT']) {
+  process.once(sig, () => process.exit(128 + (sig === 'SIGTERM' ? 15 : 2)));
+}
 
 function freePort() {
   return new Promise((resolve, reject) => {

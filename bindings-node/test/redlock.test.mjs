@@ -47,6 +47,21 @@ test('Redlock.connect gives a Client whose locks hold a quorum, contend, re-ente
   assert.equal(rl.isRedlock, true, 'a closed Redlock client is still one');
 });
 
+test('Redlock.connect applies its options: redlockQuorum, prefix', async () => {
+  // Two masters need an explicit quorum (an even count has no strict majority by default).
+  const two = masters.slice(0, 2);
+  const rl = await Redlock.connect(two.map((m) => m.url), { redlockQuorum: 2, prefix: 'node-rl:' });
+  try {
+    const name = `node-redlock-opts:${process.pid}`;
+    const h = await rl.lock(name, { ttl: 5000 }).acquire({ wait: 1000 });
+    const onBoth = await Promise.all(two.map((m) => m.cli('EXISTS', `node-rl:{${name}}`)));
+    assert.deepEqual(onBoth, ['1', '1'], 'held under the configured prefix on both masters');
+    await h.release();
+  } finally {
+    rl.close();
+  }
+});
+
 test('one master down: still a quorum; two down: QUORUM_NOT_REACHED', async () => {
   const rl = await Redlock.connect(masters.map((m) => m.url), { redlockNodeTimeout: 50, redlockRetryJitter: 10 });
   try {
