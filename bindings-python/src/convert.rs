@@ -63,6 +63,12 @@ pub fn duration(v: &Bound<'_, PyAny>, what: &str) -> PyResult<Duration> {
 }
 
 /// `None` or a duration.
+/// A duration as float seconds, from whole nanoseconds: `as_secs_f64` adds the fraction to the
+/// whole seconds in floats, which reads a lease of 1.118 s back as 1.1179999999999999.
+pub fn seconds(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1e9
+}
+
 pub fn opt_duration(v: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<Duration>> {
     match v {
         None => Ok(None),

@@ -231,7 +231,7 @@ impl NativeLockInfo {
     /// Server-side seconds to expiry (`None`: no expiry, or unknown).
     #[getter]
     fn ttl(&self) -> Option<f64> {
-        self.ttl.map(|d| d.as_secs_f64())
+        self.ttl.map(convert::seconds)
     }
 
     fn __repr__(&self) -> String {
@@ -303,7 +303,7 @@ impl NativeLock {
     /// The lease of each grant, in seconds.
     #[getter]
     fn ttl(&self, py: Python<'_>) -> PyResult<f64> {
-        Ok(self.inner.get(py)?.ttl().as_secs_f64())
+        Ok(convert::seconds(self.inner.get(py)?.ttl()))
     }
 }
 
@@ -466,7 +466,7 @@ impl NativeGuard {
 
     /// Seconds left until the local deadline (0 once lost or released).
     pub(crate) fn remaining(&self, py: Python<'_>) -> PyResult<f64> {
-        Ok(self.inner.get(py)?.remaining().as_secs_f64())
+        Ok(convert::seconds(self.inner.get(py)?.remaining()))
     }
 
     /// Raise `LostError` unless still held with more than `margin` of validity left.

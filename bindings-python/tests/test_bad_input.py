@@ -54,6 +54,13 @@ def test_timedelta_and_int_durations(client: ferrolock.Client) -> None:
         assert held.remaining() > 1.5
 
 
+def test_durations_read_back_as_given(client: ferrolock.Client) -> None:
+    # Seconds from whole nanoseconds: 1.118 used to come back as 1.1179999999999999.
+    native = client._native
+    off = [t for t in (i / 1000 for i in range(10, 20000)) if native.lock("py-test:rt", t).ttl != t]
+    assert off[:5] == []
+
+
 @pytest.mark.parametrize("bad", ["", b"", "\ud800"])
 def test_bad_names(client: ferrolock.Client, bad: object) -> None:
     with pytest.raises(ferrolock.InvalidNameError):
