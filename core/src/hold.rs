@@ -261,14 +261,21 @@ impl Hold {
     /// Register a loss callback for the guard level `owner`; called at once (on the blocking
     /// pool) if already lost.
     pub fn on_lost(&self, owner: usize, cb: LostCallback) {
-        match self.state() {
+        let _ = self.state(); // marks a passed deadline lost first
+        // The state is read under `st`: `mark_lost` sets it before it takes the callbacks under
+        // `st`, so a callback pushed here while the state reads live is among those it takes
+        // (read before the lock, a loss in between left the callback in a final hold, never run).
+        let mut st = self.st();
+        let state = *self.tx.borrow();
+        match state {
             LockState::Lost => {
-                let why = self.lost_reason().unwrap_or_else(|| "the lock was already lost".to_owned());
+                let why = st.lost_why.clone().unwrap_or_else(|| "the lock was already lost".to_owned());
+                drop(st);
                 let err = Error::new(ErrorKind::Lost, why);
                 self.runtime.spawn_blocking(move || cb(err));
             }
             LockState::Released => {}
-            _ => self.st().callbacks.push((owner, cb)),
+            _ => st.callbacks.push((owner, cb)),
         }
     }
 

@@ -1189,6 +1189,31 @@ mod tests {
         drop(subs);
     }
 
+    // (Mutation review.) A newcomer waiting for its turn goes as soon as the woken waiter's try
+    // found the lock held, not at the end of its bound: `held()` must signal the turn (the test
+    // above checks `ahead_busy()` only, so a `held()` that did not wake the newcomer passed it,
+    // and each such newcomer's acquire then waited out its whole bound).
+    #[tokio::test]
+    async fn a_newcomer_goes_once_the_woken_waiter_found_the_lock_held() {
+        let n = notifier();
+        let mut subs = waiting(&n, 2);
+        message(&n); // wakes subs[0]
+        let newcomer = n.peek(CH).unwrap();
+        assert!(newcomer.ahead_busy());
+        let turn = tokio::spawn(async move {
+            newcomer.turn(Duration::from_secs(30)).await;
+        });
+        tokio::task::yield_now().await; // the newcomer waits for its turn
+        assert!(!turn.is_finished(), "control: the newcomer went before the woken waiter tried");
+        subs[0].mark();
+        subs[0].held();
+        tokio::time::timeout(Duration::from_secs(5), turn)
+            .await
+            .expect("the newcomer still waits after the woken waiter found the lock held")
+            .unwrap();
+        drop(subs);
+    }
+
     #[tokio::test]
     async fn changed_resolves_for_a_wake_before_or_during_the_wait() {
         let n = notifier();
