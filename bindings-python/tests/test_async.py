@@ -408,3 +408,42 @@ def test_a_grant_its_closed_loop_never_receives_is_released(redis: RedisServer, 
     info = holder.inspect(name)
     assert info is None, f"a grant nobody received holds the lock for its lease: {info}"
     holder.close()
+
+
+def test_async_decorator_passes_ttl_and_wait(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        @client.locked(name, ttl=2, wait=0.2)
+        async def critical() -> Optional[float]:
+            info = await client.inspect(name)
+            return info.ttl if info else None
+
+        ttl = await critical()
+        assert ttl is not None and 0 < ttl <= 2  # the given lease, not the 30 s watchdog one
+        holder = await client.lock(name, ttl=5).acquire(wait=0)
+        with pytest.raises(ferrolock.AcquireTimeoutError):
+            await asyncio.wait_for(critical(), 5)  # a call that ignored wait=0.2 times out here
+        await holder.release()
+
+    run(redis, body)
+
+
+def test_async_with_releases_when_the_body_raises(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        lock = client.lock(name, ttl=5)
+        with pytest.raises(ZeroDivisionError):
+            async with lock as held:
+                async with lock:
+                    1 / 0
+        assert held.state == "released" and lock.held is None
+        assert await client.inspect(name) is None
+
+    run(redis, body)
+
+
+def test_a_released_async_hold_is_not_lost(redis: RedisServer, name: str) -> None:
+    async def body(client: ferrolock.AsyncClient) -> None:
+        held = await client.lock(name, ttl=5).acquire()
+        await held.release()
+        assert held.state == "released" and not held.lost
+
+    run(redis, body)

@@ -152,3 +152,17 @@ def test_on_lost_needs_a_callable(client: ferrolock.Client) -> None:
     with client.lock("py-test:cb", ttl=2) as held:
         with pytest.raises(TypeError):
             held.on_lost(42)  # type: ignore[arg-type]
+
+
+def test_timedelta_days_are_days(client: ferrolock.Client, name: str) -> None:
+    with client.lock(name, ttl=timedelta(days=1, seconds=5)) as held:
+        assert held.remaining() > 80_000  # a day, less the drift allowance
+    assert client._native.lock(name, timedelta(days=2)).ttl == 2 * 86_400
+    with pytest.raises(ferrolock.InvalidDurationError):
+        client.lock(name, ttl=timedelta(days=400))
+
+
+def test_int_options_refuse_bools(redis: RedisServer) -> None:
+    for key in ("max_reentrancy", "max_name_len", "redlock_max_inflight", "redlock_quorum"):
+        with pytest.raises(TypeError):
+            ferrolock.Client.connect(redis.url, **{key: True})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import pytest
+
 import ferrolock
 from ferrolock import _ferrolock
 
@@ -62,3 +64,11 @@ def test_unknown_code() -> None:
     except ValueError:
         return
     raise AssertionError("code 999 accepted")
+
+
+def test_value_kinds_are_value_errors() -> None:
+    for cls in (ferrolock.InvalidArgumentError, ferrolock.InvalidNameError, ferrolock.InvalidDurationError,
+                ferrolock.InvalidUrlError, ferrolock.InvalidConfigError):
+        assert issubclass(cls, ValueError), cls
+    with pytest.raises(ValueError):
+        ferrolock.Client.connect("http://127.0.0.1:6379")

@@ -94,3 +94,45 @@ def test_fair_mode_is_refused_with_redlock(redis: RedisServer, name: str) -> Non
     with pytest.raises(ferrolock.InvalidConfigError):
         redlock.lock(name, fair=True)
     redlock.lock(name, fair=False)  # control
+
+
+def test_every_task_of_a_fair_lock_queues(redis: RedisServer, name: str) -> None:
+    """Each task of one fair ``AsyncLock`` gets a core handle of its own: every one of them, not
+    only the first, waits in the server's queue."""
+    async def body() -> None:
+        client = await ferrolock.AsyncClient.connect(redis.url)
+        lock = client.lock(name, ttl=10, fair=True)
+        held = await lock.acquire(wait=0)
+        waiters = [asyncio.create_task(lock.acquire(wait=10)) for _ in range(2)]
+        deadline = time.monotonic() + 5
+        while queue_len(redis, name) != 2:
+            assert time.monotonic() < deadline, f"queued: {queue_len(redis, name)} of 2 waiting tasks"
+            await asyncio.sleep(0.005)
+        await held.release()
+        for w in waiters:
+            await (await w).release()  # the task has ended: its hold is whoever's kept it
+
+    asyncio.run(asyncio.wait_for(body(), 20))
+
+
+def test_a_cancelled_fair_acquire_leaves_the_queue(redis: RedisServer, name: str) -> None:
+    """Cancelling an awaitable acquire stops the core's wait: a fair waiter leaves the server's
+    queue at once, instead of staying in line (and taking the lock after the holder)."""
+    async def body() -> None:
+        client = await ferrolock.AsyncClient.connect(redis.url)
+        holder = await client.lock(name, ttl=5, fair=True).acquire(wait=0)
+        waiter = asyncio.create_task(client.lock(name, ttl=5, fair=True).acquire())
+        deadline = time.monotonic() + 5
+        while queue_len(redis, name) != 1:
+            assert time.monotonic() < deadline, "the waiter never queued"
+            await asyncio.sleep(0.005)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        deadline = time.monotonic() + 3
+        while queue_len(redis, name) != 0:
+            assert time.monotonic() < deadline, "a cancelled waiter is still queued"
+            await asyncio.sleep(0.01)
+        await holder.release()
+
+    asyncio.run(asyncio.wait_for(body(), 20))

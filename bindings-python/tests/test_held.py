@@ -4,6 +4,7 @@ when a thread's holds are dropped."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import signal
@@ -205,5 +206,30 @@ def test_holds_can_be_weakly_referenced(redis: RedisServer, client: ferrolock.Cl
         async with aclient.lock(name, ttl=5) as aheld:
             assert weakref.ref(aheld)() is aheld
         aclient.close()
+
+    asyncio.run(main())
+
+
+def test_a_transient_async_release_failure_keeps_the_level(servers: List[RedisServer], name: str) -> None:
+    server = RedisServer()
+    servers.append(server)
+
+    async def main() -> None:
+        client = await ferrolock.AsyncClient.connect(server.url, response_timeout=0.2)
+        lock = client.lock(name, ttl=5)
+        held = await lock.acquire()
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(ferrolock.LockError) as e:
+                await held.release()
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        assert e.value.transient, e.value
+        assert lock.held is held, "a transient failure must leave the level for a retry"
+        try:
+            await lock.release()  # the retry finds the level
+        except ferrolock.LostError:
+            pass
+        assert lock.held is None
 
     asyncio.run(main())

@@ -427,3 +427,127 @@ def test_a_wait_on_a_stopped_server_warns_and_says_why(servers: List[RedisServer
     assert held.value.__cause__ is None
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("keeps failing" in m for m in warned), warned
+
+
+def test_decorator_passes_ttl_and_wait(client: ferrolock.Client, name: str) -> None:
+    """``locked(ttl=..., wait=...)`` means the same as ``lock(ttl=..., wait=...)``: the lease is the
+    given one, and a call while another owner holds the lock gives up after ``wait``."""
+    seen: List[float] = []
+
+    @client.locked(name, ttl=2, wait=0.2)
+    def critical() -> None:
+        info = client.inspect(name)
+        assert info is not None and info.ttl is not None
+        seen.append(info.ttl)
+
+    critical()
+    assert len(seen) == 1 and 0 < seen[0] <= 2  # not the 30 s watchdog lease
+    holder = client.lock(name, ttl=5).acquire(wait=0)
+    outcome: List[BaseException] = []
+
+    def call() -> None:
+        try:
+            critical()
+        except BaseException as e:  # noqa: BLE001 - the outcome is checked below
+            outcome.append(e)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(5)
+    stuck = t.is_alive()
+    holder.release()  # lets a call that ignored its wait finish
+    t.join(5)
+    assert not stuck, "the decorated call ignored wait=0.2"
+    assert len(outcome) == 1 and isinstance(outcome[0], ferrolock.AcquireTimeoutError)
+
+
+def test_decorator_refuses_a_returned_generator(client: ferrolock.Client, name: str) -> None:
+    """A plain function that returns a generator: its body would run at next(), after the lock was
+    released. Refused like a returned coroutine, and the generator's body never runs."""
+    ran: List[bool] = []
+
+    def gen() -> Iterator[int]:
+        ran.append(True)
+        yield 1
+
+    returns_generator = client.locked(name, ttl=5)(lambda: gen())
+    with pytest.raises(TypeError, match="returned a generator"):
+        returns_generator()
+    assert ran == [] and client.inspect(name) is None
+
+
+def test_with_releases_when_the_body_raises(client: ferrolock.Client, name: str) -> None:
+    lock = client.lock(name, ttl=5)
+    with pytest.raises(ZeroDivisionError):
+        with lock as held:
+            with lock:  # re-entered, then both levels leave by the exception
+                1 / 0
+    assert held.state == "released" and lock.held is None
+    assert client.inspect(name) is None
+    with pytest.raises(ZeroDivisionError):
+        with lock.acquire() as held2:  # a Held's own `with`
+            1 / 0
+    assert held2.state == "released" and client.inspect(name) is None
+
+
+def test_ensure_margin(client: ferrolock.Client, name: str) -> None:
+    with client.lock(name, ttl=3, renew=False) as held:
+        held.ensure(0.5)
+        with pytest.raises(ferrolock.LostError):
+            held.ensure(10)  # less than 10 s of validity left
+        with pytest.raises(ferrolock.LostError):
+            held.ensure(timedelta(seconds=10))
+        assert held.state == "held"
+
+
+def subscribers(redis: RedisServer, name: str) -> int:
+    reply = redis.command("PUBSUB", "NUMSUB", hold_key(name) + ":released")
+    return int(reply.split(b"\r\n")[-2].lstrip(b":"))
+
+
+def test_subscription_linger_is_honoured(redis: RedisServer, name: str) -> None:
+    """A waiter's release-channel subscription is dropped ``subscription_linger`` after its last
+    waiter left (here 0.1 s instead of the default 10 s)."""
+    holder = ferrolock.Client.connect(redis.url).lock(name, ttl=5)
+    client = ferrolock.Client.connect(redis.url, subscription_linger=0.1)
+    held = holder.acquire(wait=0)
+    got: List[int] = []
+
+    def wait_then_release() -> None:
+        with client.lock(name, ttl=5).acquire(wait=10) as h:
+            got.append(h.fence)
+
+    t = threading.Thread(target=wait_then_release)
+    t.start()
+    deadline = time.monotonic() + 5
+    while subscribers(redis, name) != 1:
+        assert time.monotonic() < deadline, "the waiter never subscribed"
+        time.sleep(0.005)
+    held.release()
+    t.join(10)
+    assert len(got) == 1
+    deadline = time.monotonic() + 3
+    while subscribers(redis, name) != 0:
+        assert time.monotonic() < deadline, "the subscription outlived subscription_linger=0.1"
+        time.sleep(0.02)
+
+
+def test_acquire_retries_are_logged_at_debug(servers: List[RedisServer], name: str,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """DEBUG events reach the logger too (Python's configuration decides what is shown): each
+    failed try of a wait is one ``acquire retry`` record."""
+    caplog.set_level(logging.DEBUG, logger="ferrolock")
+    server, client = _own_server(servers, response_timeout=0.2)
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(ferrolock.AcquireTimeoutError):
+            client.lock(name, ttl=5).acquire(wait=1)
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 2  # records are forwarded by a thread of their own
+    while time.monotonic() < deadline:
+        debug = [r for r in caplog.records if r.levelno == logging.DEBUG and "acquire retry" in r.getMessage()]
+        if debug:
+            break
+        time.sleep(0.02)
+    assert debug, [(r.levelname, r.getMessage()) for r in caplog.records]

@@ -68,6 +68,8 @@ def test_bad_tls_options(certs: Path) -> None:
         ferrolock.Client.connect("redis://localhost:1", tls_ca_file=certs / "ca.crt")
     with pytest.raises(ferrolock.InvalidConfigError):
         ferrolock.Client.connect("rediss://localhost:1", tls_cert_file=certs / "client.crt")
+    with pytest.raises(ferrolock.InvalidConfigError):  # nor a key without its certificate
+        ferrolock.Client.connect("rediss://localhost:1", tls_key_file=certs / "client.key")
     with pytest.raises(ferrolock.InvalidConfigError):
         ferrolock.Client.connect("rediss://localhost:1", tls_ca_file=certs / "missing.crt")
     with pytest.raises(TypeError):
