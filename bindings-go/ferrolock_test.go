@@ -459,6 +459,20 @@ func TestAGrantRacingTheEndOfCtxIsReleased(t *testing.T) {
 	}
 }
 
+// releaseOnPausedServer pauses every client of the server for pauseMs and releases h with a
+// 50 ms context, which ends first (ErrTimeout): the release goes on in the background.
+func releaseOnPausedServer(t *testing.T, url string, h *ferrolock.Held, pauseMs int) {
+	t.Helper()
+	if reply := inlineLine(t, url, fmt.Sprintf("CLIENT PAUSE %d ALL", pauseMs)); reply != "+OK" {
+		t.Fatalf("CLIENT PAUSE: %q", reply)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.Release(short); !errors.Is(err, ferrolock.ErrTimeout) {
+		t.Fatalf("Release on a paused server: %v, want ErrTimeout", err)
+	}
+}
+
 // A Release whose ctx ended before the server answered goes on in the background; retried, it
 // waits for that one and reports success. The retry used to be told ErrNotHeld ("already
 // released") while the hold was still in Redis and the first release's outcome unknown.
@@ -470,14 +484,7 @@ func TestARetriedReleaseWaitsForTheOneInFlight(t *testing.T) {
 		t.Fatal("not free at the start")
 	}
 	h := acquire(t, l, time.Second)
-	if reply := inlineLine(t, url, "CLIENT PAUSE 700 ALL"); reply != "+OK" {
-		t.Fatalf("CLIENT PAUSE: %q", reply)
-	}
-	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := h.Release(short); !errors.Is(err, ferrolock.ErrTimeout) {
-		t.Fatalf("Release on a paused server: %v, want ErrTimeout", err)
-	}
+	releaseOnPausedServer(t, url, h, 700)
 	retry, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()
 	if err := h.Release(retry); err != nil {
@@ -504,14 +511,7 @@ func TestAReleaseRetriedAfterAFailedOneSendsItAgain(t *testing.T) {
 	}
 	h := acquire(t, l, time.Second)
 	// Far longer than the release's attempts take to fail (a few 100 ms response timeouts).
-	if reply := inlineLine(t, url, "CLIENT PAUSE 1500 ALL"); reply != "+OK" {
-		t.Fatalf("CLIENT PAUSE: %q", reply)
-	}
-	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := h.Release(short); !errors.Is(err, ferrolock.ErrTimeout) {
-		t.Fatalf("Release on a paused server: %v, want ErrTimeout", err)
-	}
+	releaseOnPausedServer(t, url, h, 1500)
 	if reply := inlineLine(t, url, "PING"); reply != "+PONG" { // answered once the pause ends
 		t.Fatalf("PING: %q", reply)
 	}
@@ -538,15 +538,7 @@ func TestAReleaseWithADoneContextWaitsForTheOneInFlight(t *testing.T) {
 		c := connect(t, url, nil)
 		name := fmt.Sprintf("release-done-inflight-%d", i)
 		h := acquire(t, newLock(t, c, name, lease(30*time.Second)), time.Second)
-		if reply := inlineLine(t, url, "CLIENT PAUSE 500 ALL"); reply != "+OK" {
-			t.Fatalf("CLIENT PAUSE: %q", reply)
-		}
-		short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		err := h.Release(short)
-		cancel()
-		if !errors.Is(err, ferrolock.ErrTimeout) {
-			t.Fatalf("Release on a paused server: %v, want ErrTimeout", err)
-		}
+		releaseOnPausedServer(t, url, h, 500)
 		if err := h.Release(done); err != nil {
 			t.Fatalf("run %d: Release with a done context after one in flight: %v, want nil", i, err)
 		}
