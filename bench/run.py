@@ -30,7 +30,7 @@ ROOT = HERE.parent
 VENV_PY = HERE / ".venv" / "bin" / "python"
 RUST_BIN = Path(os.environ.get("FERROLOCK_BENCH_BIN")
                 or Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "ferrolock-bench")
-GO_BIN = RUST_BIN.with_name("ferrolock-bench-go")  # built by run.sh from bench/go (W1 only)
+GO_BIN = RUST_BIN.with_name("ferrolock-bench-go")  # built by run.sh from bench/go (ferrolock Go, redsync, go-redis)
 CODE_FROM = os.environ.get("FERROLOCK_BENCH_FROM", "working tree (run.py started directly)")
 SCHEMA = "redis-lock-bench/v1"
 MACHINE_CPUS = os.cpu_count() or 1
@@ -39,6 +39,11 @@ W1_CPU = "0"  # same core as the server (BENCH.md placement)
 W2_CPU = "1" if MACHINE_CPUS > 1 else "0"  # busy clients must not steal the server's core
 
 CAD = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+# W2 forced with 8 Python processes (a client each), besides 8 threads: ferrolock, and the peers
+# its targets are read against (python-redis-lock, redis-py's Lock as shipped). pottery and the
+# tuned redis-py Lock run threads only since the Go lines came in (the 15-minute budget).
+PROCESS_RUNS = {("ferrolock", "default"), ("ferrolock", "fair"), ("python-redis-lock", "default"),
+                ("redis-py-lock", "default")}
 
 
 def log(*a):
@@ -187,7 +192,7 @@ class Target:
             fair = ["--fair", "1"] if config == "fair" else []
             return [str(RUST_BIN), workload, "--url", url, *extra, *fair]
         if self.driver == "go":
-            return [str(GO_BIN), workload, "--url", url, *extra]
+            return [str(GO_BIN), workload, "--lib", self.lib, "--config", config, "--url", url, *extra]
         if self.driver == "py":
             return [str(VENV_PY), str(HERE / "py" / "bench.py"), workload, "--lib", self.lib, "--config", config,
                     "--url", url, *extra]
@@ -210,7 +215,10 @@ def targets(args, skipped):
                     peer=False, w2=False))
     if GO_BIN.exists():
         t.append(Target("go", "ferrolock", "ferrolock Go", "go", ["default"], "ferrolock core via the C API (cgo)",
-                        peer=False, w2=False))
+                        peer=False))
+        gv = go_version("github.com/redis/go-redis/v9")
+        t.append(Target("go", "raw", "raw go-redis SET NX PX + EVALSHA", "go", ["default"], f"go-redis {gv}", w2=False))
+        t.append(Target("go", "redsync", "redsync", "go", ["default", "tuned"], f"go-redis {gv}"))
     elif not args.quick:
         skipped.append(("ferrolock Go", read_status("ferrolock-go", "the Go driver was not built")))
     if not VENV_PY.exists():
@@ -257,6 +265,12 @@ def targets(args, skipped):
     t.append(Target("node", "semaphore-redlock-mutex", "redis-semaphore RedlockMutex", "node", ["default", "tuned"],
                     f"ioredis {iv}"))
     return t
+
+
+def go_version(module):
+    """The version bench/go/go.mod pins for `module`."""
+    m = re.search(rf"^\s*{re.escape(module)} (v\S+)", (HERE / "go" / "go.mod").read_text(), re.M)
+    return m.group(1) if m else "?"
 
 
 def read_status(name, default):
@@ -426,10 +440,10 @@ class Run:
         for tg in tgts:
             if not tg.w2:
                 continue
-            variants = [("threads", [])]
-            if tg.lang == "python" and not self.quick:
-                variants.append(("processes", ["--procs", "1"]))
             for cfg in tg.configs:
+                variants = [("threads", [])]
+                if tg.lang == "python" and not self.quick and (tg.lib, cfg) in PROCESS_RUNS:
+                    variants.append(("processes", ["--procs", "1"]))
                 for mode in ("any", "forced"):
                     for vname, vextra in variants:
                         if vname == "processes" and mode == "any":
@@ -488,7 +502,8 @@ class Run:
             "census": {"secs": cen_secs, "acquisitions": cen_acqs},
             "redis_cmds_per_acq": round(out["counters"]["total_cmds"] / max(1, acqs), 3),
             "client_cpu_s": round(out["cpu_ns"] / 1e9, 3),
-            "workers_are": vname if tg.lang == "python" else "async tasks", "monitor_attached": False,
+            "workers_are": vname if tg.lang == "python" else "goroutines" if tg.lang == "go" else "async tasks",
+            "monitor_attached": False,
             # 201 quantiles (0, 0.5 %, …, 100 %) of the other-worker gaps: enough to redraw the chart.
             "handoff_gap_other_quantiles_us": quantiles(gaps_other, 200),
         })
@@ -541,7 +556,7 @@ class Run:
     def w3(self, tgts):
         n, phase_secs = (300, 3) if self.quick else (2000, 8)
         for tg in tgts:
-            if tg.lib not in ("pottery", "redlock", "semaphore-redlock-mutex") and (tg.lib, tg.lang) != ("ferrolock", "rust"):
+            if tg.lib not in ("pottery", "redlock", "semaphore-redlock-mutex", "redsync") and (tg.lib, tg.lang) != ("ferrolock", "rust"):
                 continue
             servers = [Server() for _ in range(5)]
             line = self.base("W3", tg, "default", W1_CPU)
@@ -746,7 +761,10 @@ def summary(run: Run, floor):
     out.append("")
     out.append("Node workers are async tasks sharing one process and one connection: a release reply and the next "
                "grant's reply often arrive in the same socket read, so their gaps measure event-loop ordering (≈ 0 µs, "
-               "sometimes negative) rather than how fast a separate client notices a release; compare Node gaps with Node.")
+               "sometimes negative) rather than how fast a separate client notices a release; compare Node gaps with Node. "
+               "Go workers are goroutines sharing one client too: ferrolock Go's release wakes the client's next "
+               "waiter before `Release` returns to its caller (negative gaps again), while redsync's waiters retry on "
+               "their own timers.")
     out.append("")
     out.append("### Ratios (W2)")
     out.append("")
@@ -829,7 +847,7 @@ def w3_section(L):
     out = ["## W3 Redlock over 5 masters (last masters SIGSTOPped, then resumed)", "",
            "One attempt per acquire (no retry loop), a call slower than 3 s counts as hung and ends its phase. "
            "`t100` = a 100 ms per-node timeout in the client. Leak columns: threads still alive (Python) or commands "
-           "still queued in the clients (Node) at the end of the phase; after resume, commands the resumed nodes "
+           "still queued in the clients (Node) or goroutines above the healthy phase's (Go) at the end of the phase; after resume, commands the resumed nodes "
            "executed late (queued while they were stopped; server commands, so script-internal calls count too).", "",
            "| library | phase | pairs done / failed / hung | acquire p50 / p99 µs | release p50 / p99 µs | leaked / late |",
            "|---|---|---|---|---|---|"]
@@ -839,7 +857,7 @@ def w3_section(L):
             if not ph:
                 continue
             leak = []
-            for k in ("threads_alive_after", "pending_cmds_after", "tasks_alive_after"):
+            for k in ("threads_alive_after", "pending_cmds_after", "tasks_alive_after", "goroutines_alive_after"):
                 if k in ph:
                     leak.append(f"{k.replace('_', ' ')} {ph[k]}")
             if "late_cmds_on_resumed_nodes" in ph:
@@ -984,7 +1002,8 @@ def charts(run: Run, floor):
     w2 = [x for x in run.lines if x["workload"] == "W2" and x["ok"] and x["mode"] == "forced"
           and x.get("handoff_gap_other_quantiles_us")]
     if w2:
-        panels = [("Rust and Python (threads / processes)", ("rust", "python")), ("Rust and Node (async tasks)", ("rust", "node"))]
+        panels = [("Rust and Python (threads / processes)", ("rust", "python")), ("Rust and Node (async tasks)", ("rust", "node")),
+                  ("Rust and Go (goroutines)", ("rust", "go"))]
         panels = [p for p in panels if any(x["lang"] == p[1][1] for x in w2)] or panels[:1]
         fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 5.5), squeeze=False)
         for ax, (title, langs) in zip(axes[0], panels):
@@ -1046,6 +1065,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="about 2 minutes: Rust, W4, one Python peer")
     ap.add_argument("--out", help="results directory (default bench/results)")
     ap.add_argument("--only", help="comma list of workloads to run (W1,W2,W3,W4,W5)")
+    ap.add_argument("--langs", help="comma list of client languages to run (rust,python,node,go); default all")
     ap.add_argument("--from", dest="from_jsonl", help="redo the summary and charts of an existing .jsonl")
     args = ap.parse_args()
     if args.from_jsonl:
@@ -1058,6 +1078,8 @@ def main():
     if run.jsonl.exists():
         run.jsonl.unlink()  # one file per date and mode: a re-run replaces it
     tg = targets(args, run.skipped)
+    if args.langs:
+        tg = [t for t in tg if t.lang in args.langs.split(",")]
     log("libraries:", ", ".join(f"{t.label}" for t in tg))
     for what, why in run.skipped:  # recorded as lines too, so the .jsonl explains itself
         line = run.base("W1", None, "default", W1_CPU, {"peer": what, "lib": what, "lang": None, "client": None})

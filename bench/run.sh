@@ -45,8 +45,9 @@ say "building the Rust driver (release)"
 GO_BIN="$TARGET/release/ferrolock-bench-go"
 rm -f "$GO_BIN" "$VENV/ferrolock-go.status"  # never measure a stale build (--quick skips Go)
 if [ "$QUICK" = 0 ]; then
-  # ferrolock Go (W1): the C API's static library, then bench/go (cgo over bindings-go, which
-  # links $SRC/target/release/libferrolock_c.a).
+  # ferrolock Go, redsync and raw go-redis (bench/go, modules pinned by its go.sum): the C API's
+  # static library, then bench/go (cgo over bindings-go, which links
+  # $SRC/target/release/libferrolock_c.a).
   if ! command -v go >/dev/null 2>&1; then
     echo "no Go toolchain on this machine" > "$VENV/ferrolock-go.status"
   elif [ "$TARGET" != "$SRC/target" ] || [ ! -f "$SRC/bench/go/main.go" ]; then

@@ -19,7 +19,8 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 go test -race -count=1 ./...
-# bench/go (the Go W1 driver of bench/run.sh) builds against this module: keep it building.
+# bench/go (the Go driver of bench/run.sh: ferrolock Go, redsync, go-redis) builds against this
+# module: keep it building.
 cd ../bench/go
 [ -z "$(gofmt -l .)" ] || { echo "test-go: gofmt needed in bench/go" >&2; exit 1; }
 go vet ./... && go build -o /dev/null .

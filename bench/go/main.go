@@ -1,8 +1,11 @@
-// Command ferrolock-bench-go is bench/'s W1 driver for the Go binding (cgo over the C API, which
-// runs the core's blocking facade). It prints one JSON object of raw measurements in the shape
-// of the Rust, Python and Node drivers; bench/run.py computes every statistic.
+// Command ferrolock-bench-go is bench/'s Go driver: the Go binding (cgo over the C API, which
+// runs the core's blocking facade), the Go peer redsync and raw go-redis. It prints one JSON
+// object of raw measurements in the shape of the Rust, Python and Node drivers; bench/run.py
+// computes every statistic.
 //
-//	ferrolock-bench-go w1 --url redis://127.0.0.1:6379 [--n 5000 --warmup 500 --reps 3]
+//	ferrolock-bench-go w1 --lib ferrolock|redsync|raw --config default|tuned --url U [--n 5000 --warmup 500 --reps 3]
+//	ferrolock-bench-go w2 --lib ferrolock|redsync --config C --url U --mode any|forced [--workers 8 --secs 10 --hold-ms 1]
+//	ferrolock-bench-go w3 --lib redsync --urls U1,..,U5 --pids P1,..,P5 [--n 2000 --phase-secs 8 --hang-s 3]
 package main
 
 import (
@@ -20,11 +23,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	ferrolock "github.com/ferrolock/ferrolock/bindings-go"
 )
-
-const ttl = 10 * time.Second
 
 type rep struct {
 	AcqNs       []int64 `json:"acq_ns"`
@@ -77,33 +76,32 @@ func totalCommands(redisURL string) (int64, error) {
 	return 0, fmt.Errorf("no total_commands_processed in INFO")
 }
 
-func w1(redisURL string, n, warmup, reps int, bounded bool) (map[string]any, error) {
+func w1(redisURL, libName, config string, n, warmup, reps int, bounded bool) (map[string]any, error) {
 	bg := context.Background()
-	client, err := ferrolock.Connect(bg, redisURL, nil)
+	L, err := makeLib(bg, libName, config, redisURL)
 	if err != nil {
 		return nil, err
 	}
-	defer client.Close()
-	lock, err := client.Lock("bench:w1:go", &ferrolock.LockOptions{TTL: ttl, Renew: ferrolock.RenewNever})
+	defer L.close()
+	lock, err := L.newLock("bench:w1:go:" + libName)
 	if err != nil {
 		return nil, err
 	}
-	defer lock.Close()
+	defer lock.close()
 	// The idiomatic call: a context bounding the wait (10 s, as every other driver) per acquire.
 	pair := func() (time.Duration, time.Duration, error) {
 		t0 := time.Now()
 		ctx, cancel := bg, context.CancelFunc(func() {})
 		if bounded {
-			ctx, cancel = context.WithTimeout(bg, ttl)
+			ctx, cancel = context.WithTimeout(bg, wait)
 		}
-		held, err := lock.Acquire(ctx)
+		err := lock.acquire(ctx)
 		cancel()
 		if err != nil {
 			return 0, 0, err
 		}
 		t1 := time.Now()
-		err = held.Release(bg)
-		held.Close()
+		err = lock.release(bg)
 		return t1.Sub(t0), time.Since(t1), err
 	}
 	for i := 0; i < warmup; i++ {
@@ -137,32 +135,55 @@ func w1(redisURL string, n, warmup, reps int, bounded bool) (map[string]any, err
 	if err != nil {
 		return nil, err
 	}
+	settings := map[string]any{}
+	for k, v := range L.settings {
+		settings[k] = v
+	}
+	// GOMAXPROCS: 1 when pinned to one CPU, which costs a processor handoff per blocking C call
+	// (bench/README.md, "Where the time goes").
+	settings["gomaxprocs"] = runtime.GOMAXPROCS(0)
 	return map[string]any{
-		"ok": true, "lib_version": "0.1.0", "api": "Lock.Acquire(ctx with 10 s timeout) / Held.Release",
-		// GOMAXPROCS: 1 when pinned to one CPU, which costs a processor handoff per blocking C call
-		// (bench/README.md, "Where the time goes").
-		"settings": map[string]any{"renew": "never", "ttl_ms": ttl.Milliseconds(), "gomaxprocs": runtime.GOMAXPROCS(0)},
-		"runtime":  "Go (cgo) over the C API (the core's blocking facade)",
-		"params":   map[string]any{"n": n, "warmup": warmup, "reps": reps, "ttl_ms": ttl.Milliseconds()},
-		"reps":     out, "counters": map[string]any{"total_cmds": after - before - 1},
+		"ok": true, "lib_version": L.version, "api": L.api, "settings": settings, "runtime": L.runtime,
+		"params": map[string]any{"n": n, "warmup": warmup, "reps": reps, "ttl_ms": ttl.Milliseconds()},
+		"reps":   out, "counters": map[string]any{"total_cmds": after - before - 1},
 	}, nil
 }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "w1" {
-		fmt.Fprintln(os.Stderr, "usage: ferrolock-bench-go w1 --url U [--n N --warmup W --reps R]")
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: ferrolock-bench-go w1|w2|w3 --lib L [options] (see the file's header)")
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet("w1", flag.ExitOnError)
+	workload := os.Args[1]
+	fs := flag.NewFlagSet(workload, flag.ExitOnError)
 	redisURL := fs.String("url", "redis://127.0.0.1:6379", "server")
-	n := fs.Int("n", 5000, "pairs per repetition")
-	warmup := fs.Int("warmup", 500, "warm-up pairs")
-	reps := fs.Int("reps", 3, "repetitions")
-	fs.String("lib", "ferrolock", "ignored (one library)")
-	fs.String("config", "default", "ignored (one config)")
-	wait := fs.String("wait", "ctx", "ctx: a context.WithTimeout(10 s) per acquire; none: context.Background()")
+	libName := fs.String("lib", "ferrolock", "ferrolock, redsync or raw")
+	config := fs.String("config", "default", "default or tuned (redsync's retry delay)")
+	n := fs.Int("n", 5000, "W1: pairs per repetition; W3: pairs per phase at most")
+	warmup := fs.Int("warmup", 500, "W1: warm-up pairs")
+	reps := fs.Int("reps", 3, "W1: repetitions")
+	waitMode := fs.String("wait", "ctx", "W1: ctx, a context.WithTimeout(10 s) per acquire; none, context.Background()")
+	mode := fs.String("mode", "any", "W2: any or forced")
+	workers := fs.Int("workers", 8, "W2: goroutines, each with its own lock handle")
+	secs := fs.Float64("secs", 10, "W2: seconds")
+	holdMs := fs.Float64("hold-ms", 1, "W2: time held")
+	urls := fs.String("urls", "", "W3: the masters")
+	pids := fs.String("pids", "", "W3: their process ids (SIGSTOP/SIGCONT)")
+	phaseSecs := fs.Float64("phase-secs", 8, "W3: seconds per phase at most")
+	hangS := fs.Float64("hang-s", 3, "W3: a call slower than this counts as hung and ends its phase")
 	_ = fs.Parse(os.Args[2:])
-	res, err := w1(*redisURL, *n, *warmup, *reps, *wait != "none")
+	var res map[string]any
+	var err error
+	switch workload {
+	case "w1":
+		res, err = w1(*redisURL, *libName, *config, *n, *warmup, *reps, *waitMode != "none")
+	case "w2":
+		res, err = w2(*redisURL, *libName, *config, *mode == "forced", *workers, seconds(*secs), seconds(*holdMs/1000))
+	case "w3":
+		res, err = w3(*libName, strings.Split(*urls, ","), *pids, *n, seconds(*phaseSecs), seconds(*hangS))
+	default:
+		err = fmt.Errorf("unknown workload %q", workload)
+	}
 	if err != nil {
 		res = map[string]any{"ok": false, "error": err.Error()}
 	}
@@ -174,3 +195,5 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
