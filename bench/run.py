@@ -218,6 +218,8 @@ def targets(args, skipped):
                         peer=False))
         gv = go_version("github.com/redis/go-redis/v9")
         t.append(Target("go", "raw", "raw go-redis SET NX PX + EVALSHA", "go", ["default"], f"go-redis {gv}", w2=False))
+        t.append(Target("go", "raw-scripts", "raw go-redis sending ferrolock's scripts", "go", ["default"], f"go-redis {gv}",
+                        w2=False))
         t.append(Target("go", "redsync", "redsync", "go", ["default", "tuned"], f"go-redis {gv}"))
     elif not args.quick:
         skipped.append(("ferrolock Go", read_status("ferrolock-go", "the Go driver was not built")))

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"time"
 
@@ -60,8 +61,10 @@ func makeLib(ctx context.Context, name, config, url string) (*lib, error) {
 		return redsyncLib(ctx, config, url)
 	case "raw":
 		return rawLib(ctx, url)
+	case "raw-scripts":
+		return rawScriptsLib(ctx, url)
 	}
-	return nil, fmt.Errorf("unknown lib %q (ferrolock, redsync, raw)", name)
+	return nil, fmt.Errorf("unknown lib %q (ferrolock, redsync, raw, raw-scripts)", name)
 }
 
 // ---------------------------------------------------------------- ferrolock
@@ -226,6 +229,78 @@ func rawLib(ctx context.Context, url string) (*lib, error) {
 				return nil, err
 			}
 			return &rawLock{rc: rc, script: script, name: name, token: hex.EncodeToString(b)}, nil
+		},
+		close: func() { rc.Close() },
+	}, nil
+}
+
+// ---------------------------------------------------------------- raw go-redis, ferrolock's scripts
+
+// The W1 pair of a ferrolock client sent by go-redis: the protocol's acquire (a fresh grant) and
+// release (count 0) scripts with the arguments the core sends in W1. No waiting, no reentrancy
+// bookkeeping: a reference for the server's share of a pair, as the Python and Node drivers have.
+type rawScriptsLock struct {
+	rc                  *goredislib.Client
+	acq, rel            *goredislib.Script
+	key, fence, channel string
+	token               string
+}
+
+func (l *rawScriptsLock) acquire(ctx context.Context) error {
+	r, err := l.acq.EvalSha(ctx, l.rc, []string{l.key, l.fence}, l.token, ttl.Milliseconds(),
+		(7 * 24 * time.Hour).Milliseconds(), 1024).Slice()
+	if err != nil {
+		return err
+	}
+	if len(r) == 0 || r[0] != int64(1) {
+		return errBusy
+	}
+	return nil
+}
+
+func (l *rawScriptsLock) release(ctx context.Context) error {
+	return l.rel.EvalSha(ctx, l.rc, []string{l.key}, l.token, l.channel, "0").Err()
+}
+
+func (l *rawScriptsLock) close() {}
+
+func rawScriptsLib(ctx context.Context, url string) (*lib, error) {
+	// The driver runs from the repository's root (bench/run.py).
+	src := func(f string) (*goredislib.Script, error) {
+		b, err := os.ReadFile("core/scripts/" + f)
+		return goredislib.NewScript(string(b)), err
+	}
+	acq, err := src("acquire.lua")
+	if err != nil {
+		return nil, err
+	}
+	rel, err := src("release.lua")
+	if err != nil {
+		return nil, err
+	}
+	rc, err := goRedis(ctx, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range []*goredislib.Script{acq, rel} {
+		if err := s.Load(ctx, rc).Err(); err != nil {
+			rc.Close()
+			return nil, err
+		}
+	}
+	return &lib{
+		version: moduleVersion("github.com/redis/go-redis/v9"), api: "Script.EvalSha", runtime: "Go",
+		client: "go-redis " + moduleVersion("github.com/redis/go-redis/v9"),
+		settings: map[string]any{"acquire": "EVALSHA core/scripts/acquire.lua", "release": "EVALSHA core/scripts/release.lua",
+			"wait": "none"},
+		newLock: func(name string) (locker, error) {
+			b := make([]byte, 16)
+			if _, err := rand.Read(b); err != nil {
+				return nil, err
+			}
+			key := "ferrolock:{" + name + "}"
+			return &rawScriptsLock{rc: rc, acq: acq, rel: rel, key: key, fence: key + ":fence", channel: key + ":released",
+				token: hex.EncodeToString(b)}, nil
 		},
 		close: func() { rc.Close() },
 	}, nil
