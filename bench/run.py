@@ -556,7 +556,7 @@ class Run:
 
     # ---------------- W3
     def w3(self, tgts):
-        n, phase_secs = (300, 3) if self.quick else (2000, 8)
+        n, phase_secs = (300, 3) if self.quick else (2000, 5)
         for tg in tgts:
             if tg.lib not in ("pottery", "redlock", "semaphore-redlock-mutex", "redsync") and (tg.lib, tg.lang) != ("ferrolock", "rust"):
                 continue
