@@ -295,7 +295,7 @@ impl Lock {
             };
             // `Some`: this try failed in a way worth trying again (a server that cannot be
             // reached, a grant not replicated, a SUBSCRIBE lost with its connection).
-            let failed = match self.attempt(queue_ms, deadline).await {
+            let failed = match self.attempt(queue_ms, deadline, last).await {
                 Ok(Attempt::Granted(g)) => {
                     if let Some(s) = sub.as_mut() {
                         s.granted(); // the wake this waiter holds, if any, led to this grant
@@ -459,7 +459,7 @@ impl Lock {
                 };
             }
         }
-        match self.attempt(None, None).await? {
+        match self.attempt(None, None, None).await? {
             Attempt::Granted(g) => Ok(Some(g)),
             Attempt::Held { .. } | Attempt::Expired => Ok(None),
         }
@@ -555,7 +555,14 @@ impl Lock {
     }
 
     /// One acquire script call; `queue_ms` (fair mode): join the queue for that long if held.
-    async fn attempt(&self, queue_ms: Option<u64>, deadline: Option<Instant>) -> Result<Attempt> {
+    /// A failed call is noted in `last` before its undo is sent, so that a wait cancelled during
+    /// the undo (up to two response timeouts against a server that stopped answering) quotes it.
+    async fn attempt(
+        &self,
+        queue_ms: Option<u64>,
+        deadline: Option<Instant>,
+        last: Option<&Mutex<Option<Error>>>,
+    ) -> Result<Attempt> {
         let inner = &self.inner;
         let c = &inner.client.inner;
         let Backend::Single { conn, .. } = &c.backend else {
@@ -575,6 +582,13 @@ impl Lock {
             let (still, l) = c.watchdog.lease_change(&h, inner.ttl, &c.opts).await;
             (_still, lease) = (Some(still), l);
         }
+        let note = |e: &Error| {
+            if let Some(last) = last
+                && e.kind().is_transient()
+            {
+                *last.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+            }
+        };
         let t_send = Instant::now();
         // With replica_acks, the script and its WAIT go out as one pipeline (replicas.rs).
         let acquired = crate::replicas::acquire(inner, conn, queue_ms).await;
@@ -582,6 +596,7 @@ impl Lock {
             Ok(a) => a,
             Err(e) => {
                 let err = inner.client.error(&e);
+                note(&err);
                 // Nothing to undo after a refused connection: the request never went out.
                 if err.kind().is_transient() && !conn.never_sent(&e) {
                     if inner.client.is_closed() {
@@ -598,6 +613,7 @@ impl Lock {
             }
         };
         if let Err(e) = crate::replicas::confirm_grant(&inner.client, &acquired) {
+            note(&e);
             if crate::replicas::undo_refused_grants() {
                 Box::pin(pending.settle()).await; // too few replicas acknowledged: undo the grant
             } else {

@@ -767,6 +767,30 @@ async fn a_wait_on_a_stopped_server_quotes_the_failure() {
     held.release().await.unwrap();
 }
 
+// A wait cancelled while the undo of a failed attempt is on its way quotes that failure too
+// (the failure was noted only once the undo was over: a caller whose deadline fell in the undo,
+// Go's context or Node's AbortSignal against a stopped server, read CANCELLED with no cause, as
+// for a lock held by another owner).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_cancelled_during_the_undo_of_a_failed_attempt_quotes_the_failure() {
+    let server = RedisServer::start();
+    let mut opts = ClientOptions::default();
+    opts.response_timeout = Duration::from_millis(500);
+    let client = connect_with(&server, opts).await;
+    let lock = client.lock("cancelled-undo", LockOptions::lease(Duration::from_secs(10))).unwrap();
+    lock.acquire(Some(Duration::ZERO)).await.unwrap().release().await.unwrap(); // scripts loaded
+    server.pause();
+    // The attempt fails at 500 ms; its undo (and the undo's retry) waits until about 1.5 s.
+    let t0 = Instant::now();
+    let e = lock.acquire_cancellable(None, tokio::time::sleep(Duration::from_secs(1))).await.unwrap_err();
+    let took = t0.elapsed();
+    server.resume();
+    assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+    assert!(took < Duration::from_millis(1400), "the cancel waited for the undo: {took:?}");
+    assert_eq!(e.cause().map(|c| c.kind()), Some(ErrorKind::Timeout), "{e:?}");
+    assert!(e.message().contains("the last attempt failed: TIMEOUT"), "{e}");
+}
+
 // A release whose future is dropped before its reply (a timeout around it, a cancelled task) is
 // finished in the background: the guard reads released and the lock is free once the server
 // answers (before, the guard read "held", could not be released again, and renewal had stopped).
