@@ -111,6 +111,18 @@ func TestBadInputMatrix(t *testing.T) {
 		{"ConnectRedlock(RedlockQuorum negative)", ferrolock.ErrInvalidConfig, func(t *testing.T) error {
 			return only(ferrolock.ConnectRedlock(ctx, []string{url}, &ferrolock.ClientOptions{RedlockQuorum: -1}))
 		}},
+		{"Connect(DriftMin negative)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{DriftMin: -time.Millisecond})},
+		{"Connect(FenceRetention negative)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{FenceRetention: -time.Hour})},
+		{"Connect(SubscriptionLinger negative)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{SubscriptionLinger: -time.Second})},
+		{"Connect(RedlockRetryJitter negative)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{RedlockRetryJitter: -time.Millisecond})},
+		{"Connect(RedlockMaxInflight negative)", ferrolock.ErrInvalidConfig, connectWith(url, &ferrolock.ClientOptions{RedlockMaxInflight: -1})},
+		// Values the core refuses, passed through the C options.
+		{"Connect(DriftFactor NaN)", ferrolock.ErrInvalidConfig, connectWith(url, &ferrolock.ClientOptions{DriftFactor: math.NaN()})},
+		{"Connect(DriftFactor 0.5)", ferrolock.ErrInvalidConfig, connectWith(url, &ferrolock.ClientOptions{DriftFactor: 0.5})},
+		{"Connect(DriftMin 61s)", ferrolock.ErrInvalidConfig, connectWith(url, &ferrolock.ClientOptions{DriftMin: 61 * time.Second})},
+		{"Connect(FenceRetention 400 days)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{FenceRetention: 400 * 24 * time.Hour})},
+		{"Connect(SubscriptionLinger 400 days)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{SubscriptionLinger: 400 * 24 * time.Hour})},
+		{"Connect(RedlockRetryJitter 61s)", ferrolock.ErrInvalidDuration, connectWith(url, &ferrolock.ClientOptions{RedlockRetryJitter: 61 * time.Second})},
 		{"Connect(cancelled context)", ferrolock.ErrCancelled, func(t *testing.T) error {
 			err := only(ferrolock.Connect(cancelled, url, nil))
 			if !errors.Is(err, context.Canceled) {

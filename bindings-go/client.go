@@ -36,9 +36,21 @@ type ClientOptions struct {
 	ReplicaAcks        uint32
 	ReplicaAcksTimeout time.Duration // longest wait for them (1 ms to 1 s, below ResponseTimeout); 0: 100 ms
 
+	// Clock drift allowed per lease, TTL × DriftFactor + DriftMin (docs/PROTOCOL.md): a grant's
+	// validity is its lease less that. DriftFactor in [0, 0.5); 0: 0.01 (a tiny value such as
+	// 1e-9 stands for none). DriftMin at most 1 minute; 0: 2 ms.
+	DriftFactor float64
+	DriftMin    time.Duration
+	// How long a lock's fence counter outlives its last grant (its key's idle expiry); 0: 7 days.
+	FenceRetention time.Duration
+	// How long an idle release-channel subscription is kept; 0: 10 s.
+	SubscriptionLinger time.Duration
+
 	// Redlock only (ConnectRedlock):
 	RedlockQuorum      int           // masters that must grant; 0: a strict majority
 	RedlockNodeTimeout time.Duration // per-master timeout, far below the TTL; 0: 50 ms
+	RedlockRetryJitter time.Duration // bound of the random pause after a split vote; 0: 100 ms
+	RedlockMaxInflight int           // most requests in flight on one master's connection; 0: 64
 }
 
 // Client is a connection to one Redis server, shared by the locks made from it. Safe for
@@ -81,13 +93,17 @@ func connect(ctx context.Context, urls []string, opts *ClientOptions, redlock bo
 			{"WatchdogTTL", int64(opts.WatchdogTTL)},
 			{"ReplicaAcksTimeout", int64(opts.ReplicaAcksTimeout)},
 			{"RedlockNodeTimeout", int64(opts.RedlockNodeTimeout)},
+			{"DriftMin", int64(opts.DriftMin)},
+			{"FenceRetention", int64(opts.FenceRetention)},
+			{"SubscriptionLinger", int64(opts.SubscriptionLinger)},
+			{"RedlockRetryJitter", int64(opts.RedlockRetryJitter)},
 		} {
 			if f.value < 0 {
 				return nil, &Error{Code: ErrInvalidDuration, Message: "INVALID_DURATION: " + f.name + " is negative"}
 			}
 		}
-		if opts.MaxNameLen < 0 || opts.RedlockQuorum < 0 {
-			return nil, &Error{Code: ErrInvalidConfig, Message: "INVALID_CONFIG: MaxNameLen and RedlockQuorum must not be negative"}
+		if opts.MaxNameLen < 0 || opts.RedlockQuorum < 0 || opts.RedlockMaxInflight < 0 {
+			return nil, &Error{Code: ErrInvalidConfig, Message: "INVALID_CONFIG: MaxNameLen, RedlockQuorum and RedlockMaxInflight must not be negative"}
 		}
 		if opts.NoPrefix && opts.Prefix != "" {
 			return nil, &Error{Code: ErrInvalidConfig, Message: "INVALID_CONFIG: NoPrefix with a non-empty Prefix"}
@@ -101,6 +117,12 @@ func connect(ctx context.Context, urls []string, opts *ClientOptions, redlock bo
 		o.redlock_node_timeout_ms = millis(opts.RedlockNodeTimeout)
 		o.replica_acks = C.uint32_t(opts.ReplicaAcks)
 		o.replica_acks_timeout_ms = millis(opts.ReplicaAcksTimeout)
+		o.drift_factor = C.double(opts.DriftFactor) // NaN, infinite or out of range: refused by the core
+		o.drift_min_ms = millis(opts.DriftMin)
+		o.fence_retention_ms = millis(opts.FenceRetention)
+		o.subscription_linger_ms = millis(opts.SubscriptionLinger)
+		o.redlock_retry_jitter_ms = millis(opts.RedlockRetryJitter)
+		o.redlock_max_inflight = C.size_t(opts.RedlockMaxInflight)
 	}
 	dial := func() (*C.ferrolock_client, error) {
 		// C memory for everything passed: the call may outlive the caller (late completion).

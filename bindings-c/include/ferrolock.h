@@ -25,7 +25,7 @@
  * The version of the C ABI this header describes: raised whenever a struct, an enum or a
  * function signature of the header changes incompatibly (before 1.0, any release may do so).
  */
-#define FERROLOCK_ABI_VERSION 1
+#define FERROLOCK_ABI_VERSION 2
 
 /**
  * The outcome of a call: ::FERROLOCK_RESULT_OK (0) or one of the core's stable error codes,
@@ -284,6 +284,33 @@ typedef struct {
    * response timeout); 0: 100.
    */
   uint64_t replica_acks_timeout_ms;
+  /**
+   * Clock drift allowed per lease, `ttl × drift_factor + drift_min` (docs/PROTOCOL.md): a
+   * finite number in [0, 0.5); 0: 0.01 (a tiny value such as 1e-9 stands for none).
+   */
+  double drift_factor;
+  /**
+   * Fixed part of the drift allowance in ms, at most 60000; 0: 2.
+   */
+  uint64_t drift_min_ms;
+  /**
+   * How long a lock's fence counter outlives its last grant in ms (its key's idle expiry;
+   * fencing tokens of a name rise across that gap only if it is longer); 0: 7 days.
+   */
+  uint64_t fence_retention_ms;
+  /**
+   * How long an idle release-channel subscription is kept in ms; 0: 10000.
+   */
+  uint64_t subscription_linger_ms;
+  /**
+   * Redlock only: bound of the random pause after a split vote or an unreachable quorum in
+   * ms, at most 60000; 0: 100.
+   */
+  uint64_t redlock_retry_jitter_ms;
+  /**
+   * Redlock only: most requests in flight on one master's connection; 0: 64.
+   */
+  size_t redlock_max_inflight;
 } ferrolock_client_options;
 
 /**

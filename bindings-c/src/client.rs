@@ -66,6 +66,21 @@ pub struct ferrolock_client_options {
     /// With `replica_acks`: longest wait for the acknowledgements in ms (1 to 1000, below the
     /// response timeout); 0: 100.
     pub replica_acks_timeout_ms: u64,
+    /// Clock drift allowed per lease, `ttl × drift_factor + drift_min` (docs/PROTOCOL.md): a
+    /// finite number in [0, 0.5); 0: 0.01 (a tiny value such as 1e-9 stands for none).
+    pub drift_factor: f64,
+    /// Fixed part of the drift allowance in ms, at most 60000; 0: 2.
+    pub drift_min_ms: u64,
+    /// How long a lock's fence counter outlives its last grant in ms (its key's idle expiry;
+    /// fencing tokens of a name rise across that gap only if it is longer); 0: 7 days.
+    pub fence_retention_ms: u64,
+    /// How long an idle release-channel subscription is kept in ms; 0: 10000.
+    pub subscription_linger_ms: u64,
+    /// Redlock only: bound of the random pause after a split vote or an unreachable quorum in
+    /// ms, at most 60000; 0: 100.
+    pub redlock_retry_jitter_ms: u64,
+    /// Redlock only: most requests in flight on one master's connection; 0: 64.
+    pub redlock_max_inflight: usize,
 }
 
 /// # Safety
@@ -87,6 +102,16 @@ unsafe fn to_options(o: Option<&ferrolock_client_options>) -> Result<ClientOptio
         opts.redlock_quorum = Some(o.redlock_quorum);
     }
     opts.redlock_node_timeout = ms(o.redlock_node_timeout_ms, opts.redlock_node_timeout);
+    if o.drift_factor != 0.0 {
+        opts.drift_factor = o.drift_factor; // NaN, infinite or out of range: refused by connect
+    }
+    opts.drift_min = ms(o.drift_min_ms, opts.drift_min);
+    opts.fence_retention = ms(o.fence_retention_ms, opts.fence_retention);
+    opts.subscription_linger = ms(o.subscription_linger_ms, opts.subscription_linger);
+    opts.redlock_retry_jitter = ms(o.redlock_retry_jitter_ms, opts.redlock_retry_jitter);
+    if o.redlock_max_inflight != 0 {
+        opts.redlock_max_inflight = o.redlock_max_inflight;
+    }
     if o.replica_acks != 0 {
         let timeout = ms(o.replica_acks_timeout_ms, Duration::from_millis(100));
         opts.replica_acks = Some(ferrolock::ReplicaAcks::new(o.replica_acks, timeout));

@@ -118,7 +118,7 @@ pub unsafe extern "C" fn ferrolock_result_list(
 
 /// The version of the C ABI this header describes: raised whenever a struct, an enum or a
 /// function signature of the header changes incompatibly (before 1.0, any release may do so).
-pub const FERROLOCK_ABI_VERSION: u32 = 1;
+pub const FERROLOCK_ABI_VERSION: u32 = 2;
 
 /// The C ABI version of the library loaded. A program that loads the shared library, which may
 /// be another build than the header it was compiled with, checks at start that it equals

@@ -5,6 +5,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* strtok, nanosleep, clock_gettime */
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -333,6 +334,41 @@ static ferrolock_result r_acks_timeout(fixture *f, ferrolock_error **e) {
   o.replica_acks_timeout_ms = 5000;
   return client_with(f, o, URL, e);
 }
+static ferrolock_result r_drift_nan(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.drift_factor = NAN;
+  return client_with(f, o, URL, e);
+}
+static ferrolock_result r_drift_half(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.drift_factor = 0.5;
+  return client_with(f, o, URL, e);
+}
+static ferrolock_result r_drift_negative(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.drift_factor = -0.01;
+  return client_with(f, o, URL, e);
+}
+static ferrolock_result r_drift_min_big(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.drift_min_ms = 60001;
+  return client_with(f, o, URL, e);
+}
+static ferrolock_result r_fence_retention_400d(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.fence_retention_ms = 400ULL * 24 * 3600 * 1000;
+  return client_with(f, o, URL, e);
+}
+static ferrolock_result r_linger_400d(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.subscription_linger_ms = 400ULL * 24 * 3600 * 1000;
+  return client_with(f, o, URL, e);
+}
+static ferrolock_result r_jitter_big(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.redlock_retry_jitter_ms = 60001;
+  return client_with(f, o, URL, e);
+}
 /* Names. */
 static ferrolock_result r_name_empty(fixture *f, ferrolock_error **e) { return ferrolock_lock_new(f->c, (const uint8_t *)"", 0, NULL, &f->out_lock, e); }
 static ferrolock_result r_name_null_empty(fixture *f, ferrolock_error **e) { return ferrolock_lock_new(f->c, NULL, 0, NULL, &f->out_lock, e); }
@@ -497,6 +533,13 @@ static const struct {
     {"client_new(rediss://, certificate without key)", FERROLOCK_RESULT_INVALID_CONFIG, r_tls_half_cert, 0},
     {"client_new(watchdog_ttl_ms 3)", FERROLOCK_RESULT_INVALID_DURATION, r_watchdog_tiny, 0},
     {"client_new(replica_acks_timeout_ms 5000)", FERROLOCK_RESULT_INVALID_DURATION, r_acks_timeout, 0},
+    {"client_new(drift_factor NaN)", FERROLOCK_RESULT_INVALID_CONFIG, r_drift_nan, 0},
+    {"client_new(drift_factor 0.5)", FERROLOCK_RESULT_INVALID_CONFIG, r_drift_half, 0},
+    {"client_new(drift_factor -0.01)", FERROLOCK_RESULT_INVALID_CONFIG, r_drift_negative, 0},
+    {"client_new(drift_min_ms 60001)", FERROLOCK_RESULT_INVALID_CONFIG, r_drift_min_big, 0},
+    {"client_new(fence_retention_ms 400 days)", FERROLOCK_RESULT_INVALID_DURATION, r_fence_retention_400d, 0},
+    {"client_new(subscription_linger_ms 400 days)", FERROLOCK_RESULT_INVALID_DURATION, r_linger_400d, 0},
+    {"client_new(redlock_retry_jitter_ms 60001)", FERROLOCK_RESULT_INVALID_DURATION, r_jitter_big, 0},
     /* Key sizes: empty, cap + 1, 1 MiB (refused before any I/O; allowed once the cap is raised) */
     {"lock_new(name \"\", len 0)", FERROLOCK_RESULT_INVALID_NAME, r_name_empty, 0},
     {"lock_new(name NULL, len 0)", FERROLOCK_RESULT_INVALID_NAME, r_name_null_empty, 0},
@@ -981,6 +1024,34 @@ static void test_inspect(void) {
   ferrolock_guard_free(g);
   ferrolock_lock_free(a);
   ferrolock_client_free(c);
+}
+
+/* ---- options that reach the core ---- */
+
+/* A grant's validity is its lease less the drift allowance, ttl x drift_factor + drift_min: each
+ * option shows in remaining_ms at once (default: 0.01 x 10 s + 2 ms = 102 ms). */
+static uint64_t remaining_after_grant(double drift_factor, uint64_t drift_min_ms) {
+  ferrolock_client_options o = opts_zero();
+  o.drift_factor = drift_factor;
+  o.drift_min_ms = drift_min_ms;
+  ferrolock_client *c = NULL;
+  OK(ferrolock_client_new(URL, strlen(URL), &o, &c, &err));
+  ferrolock_lock *l = new_lock(c, "c-drift", 10000, FERROLOCK_RENEW_NEVER);
+  ferrolock_guard *g = acquire(l, 1000);
+  uint64_t left = 0;
+  OK(ferrolock_guard_remaining_ms(g, &left, &err));
+  OK(ferrolock_guard_release(g, &err));
+  ferrolock_guard_free(g);
+  ferrolock_lock_free(l);
+  ferrolock_client_free(c);
+  return left;
+}
+
+static void test_options(void) {
+  CHECK(remaining_after_grant(0, 0) > 9000);        /* control: the defaults */
+  CHECK(remaining_after_grant(0.25, 0) <= 7500);    /* 2.5 s of drift */
+  CHECK(remaining_after_grant(0, 3000) <= 6900);    /* 0.1 s + 3 s */
+  CHECK(remaining_after_grant(1e-9, 1) > 9800);     /* next to none */
 }
 
 /* ---- fork ---- */
@@ -1903,6 +1974,7 @@ int main(void) {
       {"close", test_close},
       {"fork", test_fork},
       {"inspect", test_inspect},
+      {"options", test_options},
       {"redlock", test_redlock},
       {"secret_scan", test_secret_scan},
       {"dead_server_sigpipe", test_dead_server_sigpipe},
