@@ -202,11 +202,11 @@ impl Lock {
         client.check_open()?;
         // The waits inside end at a close; a request in flight is not watched (that would cost
         // every uncontended acquire a registration): its reply settles it, see below.
-        let r = self.acquire_open(wait, last).await?;
+        let r = self.acquire_open(wait, last).await;
         if client.is_closed() {
-            return Err(self.undeliverable(Some(r)));
+            return Err(self.undeliverable(r.ok()));
         }
-        Ok(r)
+        r
     }
 
     /// `f`, or [`ErrorKind::Closed`] as soon as the client is closed: for the waits of an
@@ -220,10 +220,11 @@ impl Lock {
         }
     }
 
-    /// The error of an acquire that returned `g` after the client was closed. Cut off by the
-    /// close instead, the acquire future was dropped, which undoes an attempt in flight; a grant
-    /// that came back after the close is released at once: the close marked its hold lost and
-    /// nobody will receive it.
+    /// The error of an acquire that ended (with the grant `g`, or none: a request that timed
+    /// out, another owner's hold) after the client was closed. Cut off by the close instead, the
+    /// acquire future was dropped, which undoes an attempt in flight; a grant that came back
+    /// after the close is released at once: the close marked its hold lost and nobody will
+    /// receive it.
     fn undeliverable(&self, g: Option<Guard>) -> Error {
         if let Some(g) = g {
             Arc::new(g).release_detached();
@@ -439,12 +440,13 @@ impl Lock {
     pub async fn try_acquire(&self) -> Result<Option<Guard>> {
         let client = &self.inner.client;
         client.check_open()?;
-        // One try: like a request in flight in `acquire`, its reply settles it.
-        let r = self.try_acquire_open().await?;
+        // One try: like a request in flight in `acquire`, its reply settles it. Whatever it
+        // brought (a grant, a request that timed out), a closed client answers CLOSED.
+        let r = self.try_acquire_open().await;
         if client.is_closed() {
-            return Err(self.undeliverable(r));
+            return Err(self.undeliverable(r.ok().flatten()));
         }
-        Ok(r)
+        r
     }
 
     async fn try_acquire_open(&self) -> Result<Option<Guard>> {

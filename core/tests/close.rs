@@ -307,6 +307,33 @@ async fn an_acquire_in_flight_at_the_close_ends_after_one_response_timeout() {
     assert!(admin.inspect("in-flight").await.unwrap().is_none());
 }
 
+/// The same for a single try (`try_acquire`, `acquire` with a zero wait): it ended with the
+/// request's TIMEOUT, a transient kind that invites a retry, from a client already closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_in_flight_at_the_close_ends_with_closed_too() {
+    let server = RedisServer::start();
+    let mut opts = ClientOptions::default();
+    opts.response_timeout = Duration::from_millis(400);
+    for zero_wait in [false, true] {
+        let client = connect_with(&server, opts.clone()).await;
+        let lock = client.lock("try-in-flight", LockOptions::lease(Duration::from_secs(30))).unwrap();
+        client.inspect("try-in-flight").await.unwrap(); // connected
+        server.pause();
+        let task = tokio::spawn(async move {
+            match zero_wait {
+                true => lock.acquire(Some(Duration::ZERO)).await.map(drop),
+                false => lock.try_acquire().await.map(drop),
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.close();
+        let r = tokio::time::timeout(Duration::from_secs(5), task).await.expect("the try hung").unwrap();
+        server.resume();
+        let e = r.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Closed, "zero wait {zero_wait}: {e}");
+    }
+}
+
 /// A grant racing the close: the acquire either returns a guard (then lost by the close and
 /// left to expire) or CLOSED, and then nothing of it is left on the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
