@@ -1058,4 +1058,19 @@ mod tests {
         assert_eq!(redact(&["пароль"], "«пароль» x"), "«<redacted>» x");
         assert_eq!(redact(&[""], "empty secrets are ignored"), "empty secrets are ignored");
     }
+
+    /// The URL's password is what a connection's errors are redacted with, end to end from the
+    /// URL: a server reply quoting it shows `<redacted>` (the redaction had no secret to look
+    /// for when the URL's password was not collected, and every other test passed: the servers
+    /// used there never quote it).
+    #[test]
+    fn a_connect_error_quoting_the_urls_password_redacts_it() {
+        let target =
+            super::Target::parse("redis://me:Hunter2-pw%21@127.0.0.1:1/4", &Default::default()).unwrap();
+        let reply = redis::parse_redis_value(b"-ERR invalid password 'Hunter2-pw!' for me\r\n").unwrap();
+        let e = target.connect_error(&reply.extract_error().unwrap_err());
+        let shown = format!("{e} {e:?}");
+        assert!(!shown.contains("Hunter2-pw"), "{shown}");
+        assert!(shown.contains("'<redacted>'") && shown.contains("127.0.0.1:1/4"), "{shown}");
+    }
 }

@@ -61,4 +61,18 @@ mod tests {
         assert_eq!(k.waiters, b"ferrolock:{orders:42}:waiters");
         assert_eq!(Keys::new(&ClientOptions::default(), b"").err().unwrap().kind(), ErrorKind::InvalidName);
     }
+
+    /// docs/PROTOCOL.md: a name is 1 ≤ length ≤ the cap. A name of exactly the cap is accepted,
+    /// one byte more is not (the cap was off by one and only the side above it was tested).
+    #[test]
+    fn a_name_of_exactly_the_cap_is_accepted() {
+        let o = ClientOptions { max_name_len: 8, ..ClientOptions::default() };
+        assert!(Keys::new(&o, &[b'n'; 8]).is_ok());
+        assert_eq!(Keys::new(&o, &[b'n'; 9]).err().unwrap().kind(), ErrorKind::InvalidName);
+        let one = ClientOptions { max_name_len: 1, ..ClientOptions::default() };
+        assert!(Keys::new(&one, b"n").is_ok());
+        let d = ClientOptions::default();
+        assert!(Keys::new(&d, &vec![b'n'; 64 * 1024]).is_ok());
+        assert_eq!(Keys::new(&d, &vec![b'n'; 64 * 1024 + 1]).err().unwrap().kind(), ErrorKind::InvalidName);
+    }
 }

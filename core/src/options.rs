@@ -415,4 +415,70 @@ mod tests {
         assert_eq!(o.validate().unwrap_err().kind(), ErrorKind::InvalidConfig);
         assert!(d().validate().is_ok());
     }
+
+    /// The defaults docs/GUARANTEES.md ("Defaults") and docs/PROTOCOL.md promise, which every
+    /// binding inherits: a changed default passed every other test (mutation review).
+    #[test]
+    fn the_defaults_are_the_documented_ones() {
+        let o = ClientOptions::default();
+        assert_eq!(o.connect_timeout, Duration::from_secs(2));
+        assert_eq!(o.response_timeout, Duration::from_secs(1));
+        assert_eq!(o.prefix, "ferrolock:");
+        assert_eq!(o.max_name_len, 64 * 1024);
+        assert!((o.drift_factor - 0.01).abs() < 1e-12, "{}", o.drift_factor);
+        assert_eq!(o.drift_min, Duration::from_millis(2));
+        assert_eq!(o.watchdog_ttl, Duration::from_secs(30));
+        assert_eq!(o.fence_retention, Duration::from_secs(7 * 24 * 3600));
+        assert_eq!(o.max_reentrancy, 1024);
+        assert_eq!(o.subscription_linger, Duration::from_secs(10));
+        assert_eq!(o.redlock_quorum, None);
+        assert_eq!(o.redlock_node_timeout, Duration::from_millis(50));
+        assert_eq!(o.redlock_retry_jitter, Duration::from_millis(100));
+        assert_eq!(o.redlock_max_inflight, 64);
+        assert!(!o.tls.is_set());
+        assert_eq!(o.replica_acks, None);
+    }
+
+    /// `LockOptions::renew` left unset renews exactly the locks without an explicit lease: a
+    /// lock given a `ttl` keeps that fixed lease (it was renewed for good with the default
+    /// flipped, and no test noticed).
+    #[test]
+    fn only_a_lock_without_a_lease_is_renewed_by_default() {
+        let c = ClientOptions::default();
+        let ttl = Duration::from_secs(5);
+        assert_eq!(LockOptions::default().resolve(&c).unwrap(), (c.watchdog_ttl, true));
+        let leased = LockOptions { ttl: Some(ttl), ..LockOptions::default() };
+        assert_eq!(leased.resolve(&c).unwrap(), (ttl, false));
+        assert_eq!(LockOptions::lease(ttl).resolve(&c).unwrap(), (ttl, false));
+        assert_eq!(LockOptions::renewing(ttl).resolve(&c).unwrap(), (ttl, true));
+        let unrenewed = LockOptions { ttl: None, renew: Some(false), fair: false };
+        assert_eq!(unrenewed.resolve(&c).unwrap(), (c.watchdog_ttl, false));
+    }
+
+    /// Each documented bound on its documented side: `drift_factor` in [0, 0.5), a prefix
+    /// without `{` or `}` (docs/PROTOCOL.md), a `replica_acks` timeout below the response
+    /// timeout.
+    #[test]
+    fn bounds_are_on_the_documented_side() {
+        let d = ClientOptions::default;
+        for ok in [0.0, 0.25, 0.49] {
+            assert!(ClientOptions { drift_factor: ok, ..d() }.validate().is_ok(), "{ok}");
+        }
+        for bad in [0.5, 0.75, -0.01, f64::NAN, f64::INFINITY] {
+            let e = ClientOptions { drift_factor: bad, ..d() }.validate().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{bad}");
+        }
+        for prefix in ["a{", "a}", "}", "{", "x}:"] {
+            let e = ClientOptions { prefix: prefix.to_owned(), ..d() }.validate().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{prefix}");
+        }
+        assert!(ClientOptions { prefix: String::new(), ..d() }.validate().is_ok());
+        let acks = |ms| ClientOptions {
+            replica_acks: Some(ReplicaAcks::new(1, Duration::from_millis(ms))),
+            response_timeout: Duration::from_millis(500),
+            ..d()
+        };
+        assert!(acks(499).validate().is_ok());
+        assert_eq!(acks(500).validate().unwrap_err().kind(), ErrorKind::InvalidDuration);
+    }
 }

@@ -310,3 +310,48 @@ async fn b18_without_time_in_scripts_the_fence_falls_back_to_the_counter() {
     let fence = g.unwrap().expect("free").fence();
     assert!(fence >= before && fence > 3, "with +time the fence is the server time in µs: {fence}");
 }
+
+// On a cluster the sharded subscriber connections (one per node, cluster_sub.rs) log in as the
+// URL's user, like the scripts' connection. With the default user allowed no channel, a waiter
+// of the rule set's user still subscribes and is woken by the release. The test above leaves
+// the default user every channel, so subscriber connections that logged in as nobody passed it
+// (mutation review): a cluster whose default user is restricted made every waiter fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_subscriber_connections_log_in_as_the_urls_user() {
+    let cluster = ferrolock_testkit::RedisCluster::start(3, 0);
+    for node in &cluster.nodes {
+        make_user_with(node, "clusterer", None, CLUSTER_EXTRA);
+        let _: () = node.cmd(&["ACL", "SETUSER", "default", "resetchannels"]);
+    }
+    let seeds: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
+    let url = format!("redis+cluster://clusterer:{PASSWORD}@{}", seeds.join(","));
+    let holder = Client::connect(&url, ClientOptions::default()).await.expect("connect");
+    let waiting = Client::connect(&url, ClientOptions::default()).await.expect("connect");
+    let lease = LockOptions::lease(Duration::from_secs(30));
+    let g = holder.lock("c-sub", lease).unwrap().acquire(Some(Duration::ZERO)).await.unwrap();
+    let lock = waiting.lock("c-sub", lease).unwrap();
+    let waiter = tokio::spawn(async move {
+        let r = lock.acquire(Some(Duration::from_secs(20))).await;
+        (Instant::now(), r)
+    });
+    let master = cluster.master_of("ferrolock:{c-sub}");
+    let t0 = Instant::now();
+    let subscribers = || match master
+        .cmd::<Vec<redis::Value>>(&["PUBSUB", "SHARDNUMSUB", "ferrolock:{c-sub}:released"])
+        .get(1)
+    {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("SHARDNUMSUB replied {other:?}"),
+    };
+    while subscribers() == 0 {
+        assert!(!waiter.is_finished(), "the waiter ended before it subscribed");
+        assert!(t0.elapsed() < Duration::from_secs(10), "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (at, r) = waiter.await.unwrap();
+    r.expect("the waiter gets the lock").release().await.unwrap();
+    let took = at.duration_since(released);
+    assert!(took < Duration::from_secs(3), "the waiter got the free lock {took:?} after its release");
+}

@@ -1808,3 +1808,103 @@ async fn ended_resolves_on_release_as_on_loss() {
         tokio::time::timeout(Duration::from_secs(20), outer.ended()).await.expect("loss not reported");
     assert_eq!(state, LockState::Lost);
 }
+
+// The blocking facade passes every argument on: a bounded wait ends with ACQUIRE_TIMEOUT at its
+// bound, an extend sets the lease it is given (shorter or longer than the lock's own), and
+// wait_lost on a hold that stays held returns false once its timeout ends (each of these was
+// dropped on the way to the async call without any test failing: mutation review).
+#[test]
+fn blocking_calls_pass_their_bounds_on() {
+    use ferrolock::blocking;
+    let server = RedisServer::start();
+    let client = blocking::Client::connect(&server.url(), ClientOptions::default()).unwrap();
+    let lease = LockOptions::lease(Duration::from_secs(10));
+    let g = client.lock("blkbound", lease).unwrap().acquire(Some(Duration::ZERO)).unwrap();
+    let other = client.lock("blkbound", lease).unwrap();
+    let t0 = Instant::now();
+    let e = other.acquire(Some(Duration::from_millis(300))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AcquireTimeout, "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "a 300 ms wait took {:?}", t0.elapsed());
+    let ttl = || client.inspect("blkbound").unwrap().expect("held").ttl.expect("a lease");
+    g.extend(Duration::from_secs(3)).unwrap();
+    assert!(ttl() <= Duration::from_secs(3), "extend(3 s) left a lease of {:?}", ttl());
+    g.extend(Duration::from_secs(120)).unwrap();
+    assert!(ttl() > Duration::from_secs(60), "extend(120 s) left a lease of {:?}", ttl());
+    let t0 = Instant::now();
+    assert!(!g.wait_lost(Duration::from_millis(200)), "wait_lost said lost for a held lock");
+    assert!(t0.elapsed() >= Duration::from_millis(200), "wait_lost returned early");
+    assert_eq!(g.state(), LockState::Held);
+    g.release().unwrap();
+}
+
+// extend checks its lease before any I/O, as lock() does: zero, too short for the drift, or over
+// a year is INVALID_DURATION, and the hold is untouched (without the check, extend(0) sent
+// PEXPIRE 0, which deleted the hold and reported success).
+#[tokio::test]
+async fn extend_refuses_a_bad_lease_before_io() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let lock = client.lock("ext-bad", LockOptions::lease(Duration::from_secs(30))).unwrap();
+    let g = lock.acquire(Some(Duration::ZERO)).await.unwrap();
+    let before = client_calls(&server);
+    for ttl in [Duration::ZERO, Duration::from_millis(3), Duration::from_secs(400 * 24 * 3600)] {
+        let e = g.extend(ttl).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidDuration, "{ttl:?}: {e}");
+    }
+    assert_eq!(client_calls(&server), before, "a bad extend reached the server");
+    assert_eq!(g.state(), LockState::Held);
+    let info = client.inspect("ext-bad").await.unwrap().expect("the hold is still there");
+    assert!(info.ttl.unwrap() > Duration::from_secs(20), "{info:?}");
+    g.release().await.unwrap();
+}
+
+// A waiter whose connection was lost is still woken by the release once its client has
+// reconnected: the connection subscribes the release channels again when it reconnects. Without
+// that the waiter slept until the holder's lease bound (30 s here) with the lock free, and every
+// other test passed: their leases were short or their waiters not subscribed (mutation review).
+#[tokio::test]
+async fn a_waiter_is_woken_by_a_release_after_its_connection_was_lost() {
+    let server = RedisServer::start();
+    let holder = connect(&server).await;
+    let waiting = connect(&server).await;
+    let lease = LockOptions::lease(Duration::from_secs(30));
+    let g = holder.lock("resub", lease).unwrap().acquire(Some(Duration::ZERO)).await.unwrap();
+    let lock = waiting.lock("resub", lease).unwrap();
+    let waiter = tokio::spawn(async move {
+        let r = lock.acquire(Some(Duration::from_secs(20))).await;
+        (Instant::now(), r)
+    });
+    let subscribers = || match server
+        .cmd::<Vec<redis::Value>>(&["PUBSUB", "NUMSUB", "ferrolock:{resub}:released"])
+        .get(1)
+    {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("NUMSUB replied {other:?}"),
+    };
+    let t0 = Instant::now();
+    while subscribers() == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let list: String = server.cmd(&["CLIENT", "LIST"]);
+    let id = list
+        .lines()
+        .find(|l| l.contains(" sub=1 "))
+        .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .expect("the waiter's connection")
+        .to_owned();
+    let killed: i64 = server.cmd(&["CLIENT", "KILL", "ID", &id]);
+    assert_eq!(killed, 1);
+    // The lost connection wakes the waiter; its try reconnects, and the channel is subscribed
+    // again.
+    let t0 = Instant::now();
+    while subscribers() == 0 && t0.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (at, r) = waiter.await.unwrap();
+    r.expect("the waiter gets the lock").release().await.unwrap();
+    let took = at.duration_since(released);
+    assert!(took < Duration::from_secs(3), "the waiter got the free lock {took:?} after its release");
+}
