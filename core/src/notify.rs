@@ -509,7 +509,9 @@ impl Notifier {
         }
     }
 
-    /// Unsubscribe channels idle for at least `linger`. Runs until the client is dropped.
+    /// Unsubscribe channels idle for at least `linger`, looking every [`sweep_period`]: a channel
+    /// goes between `linger` and `linger` plus that period after its last waiter left. Runs until
+    /// the client is dropped.
     /// `op_timeout` bounds how long a sweep waits for its UNSUBSCRIBEs (Redlock: a stopped
     /// master must not stall the sweep); one still unanswered then goes on in the background.
     pub async fn sweep(
@@ -518,7 +520,7 @@ impl Notifier {
         linger: Duration,
         op_timeout: Option<Duration>,
     ) {
-        let period = linger.max(Duration::from_millis(100));
+        let period = sweep_period(linger);
         let Some(gone) = this.upgrade().map(|me| me.gone.clone()) else { return };
         loop {
             tokio::select! {
@@ -746,11 +748,28 @@ impl Drop for Subscription {
     }
 }
 
+/// How often [`Notifier::sweep`] looks for idle channels: a quarter of the linger, so that a
+/// channel outlives its linger by at most a quarter of it (it looked once per linger, and a
+/// channel could stay for twice its linger), but not more often than every 100 ms.
+fn sweep_period(linger: Duration) -> Duration {
+    (linger / 4).max(Duration::from_millis(100))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const CH: &[u8] = b"ferrolock:{t}:released";
+
+    /// A channel goes at most a quarter of its linger late (it could stay twice its linger),
+    /// and a short linger does not make the sweep spin.
+    #[test]
+    fn the_sweep_looks_every_quarter_linger() {
+        assert_eq!(sweep_period(Duration::from_secs(10)), Duration::from_millis(2500));
+        assert_eq!(sweep_period(Duration::from_secs(1)), Duration::from_millis(250));
+        assert_eq!(sweep_period(Duration::from_millis(200)), Duration::from_millis(100));
+        assert_eq!(sweep_period(Duration::ZERO), Duration::from_millis(100));
+    }
 
     /// A notifier with `CH` marked subscribed (no server: pushes are fed by hand).
     fn notifier() -> Arc<Notifier> {

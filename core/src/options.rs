@@ -36,7 +36,8 @@ pub struct ClientOptions {
     /// Deepest re-entry accepted for one handle. Default 1024.
     pub max_reentrancy: u32,
     /// How long a release-channel subscription is kept after its last waiter left, so that
-    /// repeated contention does not pay SUBSCRIBE/UNSUBSCRIBE each time. Default 10 s.
+    /// repeated contention does not pay SUBSCRIBE/UNSUBSCRIBE each time (it goes at most a
+    /// quarter of this, or 100 ms, later). Default 10 s.
     pub subscription_linger: Duration,
     /// Redlock only: how many masters must agree (`None`: a strict majority, `N / 2 + 1`; an even
     /// `N` needs an explicit value). Must be more than `N / 2`, at most `N`.
