@@ -109,7 +109,10 @@ def test_every_task_of_a_fair_lock_queues(redis: RedisServer, name: str) -> None
             assert time.monotonic() < deadline, f"queued: {queue_len(redis, name)} of 2 waiting tasks"
             await asyncio.sleep(0.005)
         await held.release()
-        for w in waiters:
+        # In the order they are granted: the tasks may have queued in either order (one's first
+        # try can find the channel subscribed by the other and queue first), and the second is
+        # granted only when the first releases.
+        for w in asyncio.as_completed(waiters):
             await (await w).release()  # the task has ended: its hold is whoever's kept it
 
     asyncio.run(asyncio.wait_for(body(), 20))
