@@ -12,6 +12,20 @@ use std::time::{Duration, Instant};
 use ferrolock::{Client, ClientOptions, Lock};
 pub use ferrolock_testkit::RedisServer;
 
+/// A task waiting for a lock: when it returned, and what.
+pub type Waiter = tokio::task::JoinHandle<(Instant, ferrolock::Result<ferrolock::Guard>)>;
+
+/// Release `g`, which `waiter` waits behind: the waiter must get the lock well before any lease
+/// bound (woken by the release's message), and its hold is released too.
+pub async fn release_wakes(g: ferrolock::Guard, waiter: Waiter) {
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (at, r) = waiter.await.unwrap();
+    r.expect("the waiter gets the lock").release().await.unwrap();
+    let took = at.duration_since(released);
+    assert!(took < Duration::from_secs(3), "the waiter got the free lock {took:?} after its release");
+}
+
 pub async fn connect(server: &RedisServer) -> Client {
     connect_with(server, ClientOptions::default()).await
 }
