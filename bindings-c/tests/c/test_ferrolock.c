@@ -179,6 +179,10 @@ static void test_codes(void) {
   CHECK(strcmp(ferrolock_result_name(0), "OK") == 0);
   CHECK(strcmp(ferrolock_result_name(12345), "UNKNOWN") == 0);
   EXPECT(FERROLOCK_RESULT_NULL_ARGUMENT, ferrolock_result_list(NULL, &n, &err));
+  /* On success *out_error is not written (EXPECT starts from NULL, which would not tell). */
+  ferrolock_error *untouched = (ferrolock_error *)0x5a5a;
+  CHECK(ferrolock_result_list(&codes, &n, &untouched) == FERROLOCK_RESULT_OK);
+  CHECK(untouched == (ferrolock_error *)0x5a5a);
   CHECK(strlen(ferrolock_version()) > 0);
   CHECK(ferrolock_abi_version() == FERROLOCK_ABI_VERSION); /* this build and its header agree */
 }
@@ -305,6 +309,12 @@ static ferrolock_result r_prefix_null_len(fixture *f, ferrolock_error **e) {
   o.prefix_len = 5;
   return client_with(f, o, URL, e);
 }
+static ferrolock_result r_prefix_nul(fixture *f, ferrolock_error **e) {
+  ferrolock_client_options o = opts_zero();
+  o.prefix = "ab\0cd";
+  o.prefix_len = 5;
+  return client_with(f, o, URL, e);
+}
 static ferrolock_result r_tls_ca_null_len(fixture *f, ferrolock_error **e) {
   ferrolock_client_options o = opts_zero();
   o.tls_ca_file = NULL;
@@ -385,6 +395,10 @@ static ferrolock_result r_name_1mib_default_cap(fixture *f, ferrolock_error **e)
   return rc;
 }
 /* Documented allows: binary names (NUL, braces, CR LF, 0xff) at the cap, 1 MiB once the cap is raised. */
+/* A length no object can have (over PTRDIFF_MAX): refused before the bytes are looked at. */
+static ferrolock_result r_name_len_huge(fixture *f, ferrolock_error **e) {
+  return ferrolock_lock_new(f->c, (const uint8_t *)"n", (size_t)PTRDIFF_MAX + 1, NULL, &f->out_lock, e);
+}
 static ferrolock_result r_name_binary_ok(fixture *f, ferrolock_error **e) {
   const uint8_t binary[16] = {0, 1, '{', '}', 0xff, '\r', '\n', ' ', 0, 'x', 'y', 'z', 0, 0, 7, 8};
   ferrolock_lock_options lo = {5000, FERROLOCK_RENEW_NEVER, 0};
@@ -529,6 +543,7 @@ static const struct {
     /* Client options */
     {"client_new(prefix with '{')", FERROLOCK_RESULT_INVALID_CONFIG, r_prefix_brace, 0},
     {"client_new(prefix not UTF-8)", FERROLOCK_RESULT_INVALID_CONFIG, r_prefix_utf8, 0},
+    {"client_new(NUL inside the prefix)", FERROLOCK_RESULT_INVALID_CONFIG, r_prefix_nul, 0},
     {"client_new(rediss://, unreadable CA file)", FERROLOCK_RESULT_INVALID_CONFIG, r_tls_ca_missing, 0},
     {"client_new(rediss://, certificate without key)", FERROLOCK_RESULT_INVALID_CONFIG, r_tls_half_cert, 0},
     {"client_new(watchdog_ttl_ms 3)", FERROLOCK_RESULT_INVALID_DURATION, r_watchdog_tiny, 0},
@@ -545,6 +560,7 @@ static const struct {
     {"lock_new(name NULL, len 0)", FERROLOCK_RESULT_INVALID_NAME, r_name_null_empty, 0},
     {"lock_new(name cap + 1 bytes)", FERROLOCK_RESULT_INVALID_NAME, r_name_cap_plus_1, 0},
     {"lock_new(name 1 MiB, default cap)", FERROLOCK_RESULT_INVALID_NAME, r_name_1mib_default_cap, 0},
+    {"lock_new(name_len PTRDIFF_MAX + 1)", FERROLOCK_RESULT_INVALID_ARGUMENT, r_name_len_huge, 0},
     {"lock_new(binary name at the cap) allowed", FERROLOCK_RESULT_OK, r_name_binary_ok, 0},
     {"lock_new(name 1 MiB, cap 2 MiB) allowed", FERROLOCK_RESULT_OK, r_name_1mib_raised_cap_ok, 0},
     /* TTL 0 / tiny / huge / ms->ns overflow, waits, renew modes */
@@ -847,7 +863,7 @@ static void test_expire_extend_timeout(void) {
   ga = acquire(a, 1000);
   OK(ferrolock_guard_extend(ga, 2000, &err));
   OK(ferrolock_guard_remaining_ms(ga, &rem, &err));
-  CHECK(rem > 1500);
+  CHECK(rem > 1500 && rem <= 2000); /* milliseconds: 2 s, not more */
   sleep_ms(600);
   CHECK(state_of(ga) == FERROLOCK_LOCK_STATE_HELD);
   OK(ferrolock_guard_ensure(ga, 100, &err));
@@ -858,6 +874,25 @@ static void test_expire_extend_timeout(void) {
   ferrolock_lock_free(a);
   ferrolock_lock_free(b);
   ferrolock_client_free(c);
+
+  /* RENEW_NEVER without a TTL: a fixed lease of the client's watchdog_ttl_ms that runs out;
+     control: the default mode renews the same lease. */
+  ferrolock_client_options o = opts_zero();
+  o.watchdog_ttl_ms = 300;
+  OK(ferrolock_client_new(URL, strlen(URL), &o, &c, &err));
+  ferrolock_lock *fixed = new_lock(c, "expire-fixed", 0, FERROLOCK_RENEW_NEVER);
+  ferrolock_lock *renewed = new_lock(c, "expire-renewed", 0, FERROLOCK_RENEW_DEFAULT);
+  ga = acquire(fixed, 0);
+  gb = acquire(renewed, 0);
+  sleep_ms(700);
+  CHECK(state_of(ga) == FERROLOCK_LOCK_STATE_LOST);
+  CHECK(state_of(gb) == FERROLOCK_LOCK_STATE_HELD);
+  OK(ferrolock_guard_release(gb, &err));
+  ferrolock_guard_free(ga);
+  ferrolock_guard_free(gb);
+  ferrolock_lock_free(fixed);
+  ferrolock_lock_free(renewed);
+  ferrolock_client_free(c);
 }
 
 /* ---- lost lock: polled state, wait, and the callback ---- */
@@ -866,12 +901,15 @@ typedef struct {
   atomic_int calls;
   atomic_uint code; /* 0 for the "ended without loss" call */
   atomic_int saw_null;
+  pthread_t registrar;        /* set by tests that check the calling thread */
+  atomic_int on_registrar;    /* a call ran on `registrar` (never allowed) */
 } lost_box;
 
 static void on_lost(void *user_data, const ferrolock_error *error) {
   lost_box *b = user_data;
   atomic_store(&b->code, ferrolock_error_code(error));
   if (error == NULL) atomic_store(&b->saw_null, 1);
+  if (pthread_equal(pthread_self(), b->registrar)) atomic_store(&b->on_registrar, 1);
   atomic_fetch_add(&b->calls, 1);
 }
 
@@ -927,8 +965,10 @@ static void test_lost(void) {
   CHECK(state_of(g) == FERROLOCK_LOCK_STATE_HELD);
   CHECK(atomic_load(&box.calls) == 0);
   bool lost = true;
+  long long t_wait = now_ms();
   OK(ferrolock_guard_wait_lost(g, 50, &lost, &err));
   CHECK(!lost);
+  CHECK(now_ms() - t_wait < 2000); /* timeout_ms is milliseconds */
   /* An administrator deletes the hold: the watchdog's next renewal finds it gone. */
   bool was_held = false;
   OK(ferrolock_client_force_unlock(c, (const uint8_t *)"lost", 4, &was_held, &err));
@@ -951,12 +991,14 @@ static void test_lost(void) {
   g = acquire(a, 1000);
   lost_box *heap = calloc(1, sizeof *heap);
   CHECK(heap != NULL);
+  heap->registrar = pthread_self();
   OK(ferrolock_guard_on_lost(g, on_lost, heap, &err));
   OK(ferrolock_guard_release(g, &err));
   wait_calls(heap, 1);
   sleep_ms(100);
   CHECK(atomic_load(&heap->calls) == 1);
   CHECK(atomic_load(&heap->saw_null) == 1);
+  CHECK(atomic_load(&heap->on_registrar) == 0); /* on a library thread, not the releasing caller's */
   free(heap);
   /* A released guard: wait_lost says so at once instead of sleeping out its timeout. */
   long long t0 = now_ms();
@@ -1194,6 +1236,21 @@ static void test_cancel_and_threads(void) {
   ferrolock_guard_free(tg);
   ferrolock_cancel_free(fresh);
   ferrolock_cancel_free(args.cancel); /* (a freed token: a row of the bad-input matrix) */
+  ferrolock_guard_free(ga);
+  /* A token freed while an acquire waits on it is not a trigger: the wait goes on and is granted. */
+  ga = acquire(a, 1000);
+  acq_args freed = {b, NULL, FERROLOCK_RESULT_INTERNAL, NULL};
+  OK(ferrolock_cancel_new(&freed.cancel, &err));
+  CHECK(pthread_create(&t, NULL, cancellable_acquirer, &freed) == 0);
+  sleep_ms(200);
+  ferrolock_cancel_free(freed.cancel);
+  sleep_ms(200);
+  OK(ferrolock_guard_release(ga, &err));
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(freed.rc == FERROLOCK_RESULT_OK && freed.guard != NULL);
+  CHECK(!is_free(a));
+  OK(ferrolock_guard_release(freed.guard, &err));
+  ferrolock_guard_free(freed.guard);
   ferrolock_guard_free(ga);
   /* (Release from a thread that did not acquire: a row of the bad-input matrix.) */
 
@@ -1472,7 +1529,20 @@ static void test_redlock(void) {
   CHECK(c == untouched);
   /* (Fewer than a quorum reachable: QUORUM_NOT_REACHED, in test_secret_scan.) */
 
-  /* Lengths given explicitly, no terminators needed. */
+  /* Lengths given explicitly, no terminators needed: URLs of different lengths back to back in one
+     buffer (the first with a database number), each read with its own length. */
+  char packed[1024] = {0};
+  const char *packed_urls[3];
+  size_t packed_lens[3], at = 0;
+  for (size_t i = 0; i < n; i++) {
+    int w = snprintf(packed + at, sizeof packed - at, i == 0 ? "%s/0" : "%s", urls[i]);
+    CHECK(w > 0 && (size_t)w < sizeof packed - at);
+    packed_urls[i] = packed + at;
+    packed_lens[i] = (size_t)w;
+    at += (size_t)w;
+  }
+  OK(ferrolock_client_new_redlock(packed_urls, packed_lens, n, NULL, &c, &err));
+  ferrolock_client_free(c);
   OK(ferrolock_client_new_redlock(urls, lens, n, NULL, &c, &err));
   bool is_redlock = false;
   OK(ferrolock_client_is_redlock(c, &is_redlock, &err));
@@ -1886,6 +1956,42 @@ static int unix_connect(const char *path) {
   return fd;
 }
 
+/* Whether SIGPIPE is blocked for the thread whose /proc status file is `path` (its SigBlk line). */
+static int sigpipe_blocked_in(const char *path) {
+  FILE *f = fopen(path, "r");
+  CHECK(f != NULL);
+  char line[256];
+  unsigned long long mask = 0;
+  int found = 0;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "SigBlk: %llx", &mask) == 1) found = 1;
+  fclose(f);
+  CHECK(found);
+  return (int)((mask >> (SIGPIPE - 1)) & 1);
+}
+
+typedef struct {
+  ferrolock_lock *lock;
+  char status[96]; /* /proc/<pid>/task/<tid>/status of the calling thread */
+  atomic_int ready;
+  ferrolock_result rc;
+  int blocked_after;
+} mask_probe;
+
+static void *acquire_and_report_mask(void *p) {
+  mask_probe *m = p;
+  char link[64];
+  ssize_t n = readlink("/proc/thread-self", link, sizeof link - 1);
+  CHECK(n > 0);
+  link[n] = '\0';
+  snprintf(m->status, sizeof m->status, "/proc/%s/status", link);
+  atomic_store(&m->ready, 1);
+  ferrolock_guard *g = NULL;
+  m->rc = ferrolock_lock_acquire(m->lock, 600, &g, NULL);
+  m->blocked_after = sigpipe_blocked_in("/proc/thread-self/status");
+  return NULL;
+}
+
 static void test_dead_server_sigpipe(void) {
   struct sigaction dfl, before;
   memset(&dfl, 0, sizeof dfl);
@@ -1918,6 +2024,26 @@ static void test_dead_server_sigpipe(void) {
   ferrolock_guard *g = acquire(l, 0);
   OK(ferrolock_guard_release(g, &err));
   ferrolock_guard_free(g);
+
+  /* What makes that write fail with EPIPE: a call blocks SIGPIPE on the calling thread for its
+     length and unblocks it after. Read from the thread's /proc status while it waits in a call, as
+     the end-to-end check below passes also without the hold when the library's background thread
+     sees the server's end first and the call only reconnects. */
+  ferrolock_lock *waiter = new_lock(c, "sigpipe", 10000, FERROLOCK_RENEW_NEVER);
+  g = acquire(l, 0);
+  mask_probe m = {waiter, "", 0, FERROLOCK_RESULT_OK, 1};
+  pthread_t t;
+  CHECK(sigpipe_blocked_in("/proc/thread-self/status") == 0); /* (the thread inherits this mask) */
+  CHECK(pthread_create(&t, NULL, acquire_and_report_mask, &m) == 0);
+  for (int i = 0; i < 200 && !atomic_load(&m.ready); i++) sleep_ms(5);
+  sleep_ms(200);
+  CHECK(sigpipe_blocked_in(m.status));
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(m.rc == FERROLOCK_RESULT_ACQUIRE_TIMEOUT);
+  CHECK(m.blocked_after == 0);
+  OK(ferrolock_guard_release(g, &err));
+  ferrolock_guard_free(g);
+  ferrolock_lock_free(waiter);
 
   CHECK(kill(pid, SIGKILL) == 0);
   int status = 0;
@@ -1953,6 +2079,62 @@ static void test_dead_server_sigpipe(void) {
   CHECK(rmdir(dir) == 0);
 }
 
+/* ---- inspect and force_unlock of a hold another library wrote: an owner token longer than
+ * FERROLOCK_OWNER_MAX and no expiry (the key layout of docs/PROTOCOL.md, written raw) ---- */
+
+static void test_inspect_foreign(void) {
+  ferrolock_client *c = connect_client();
+  int fd = raw_connect(url_port(URL));
+  char owner[81];
+  for (int i = 0; i < 80; i++) owner[i] = (char)('a' + i % 26);
+  owner[80] = '\0';
+  RAW(fd, ":", "DEL", "ferrolock:{inspect-foreign}");
+  RAW(fd, ":3", "HSET", "ferrolock:{inspect-foreign}", "owner", owner, "count", "3", "fence", "42");
+  ferrolock_lock_info info;
+  memset(&info, 0, sizeof info);
+  OK(ferrolock_client_inspect(c, (const uint8_t *)"inspect-foreign", 15, &info, &err));
+  CHECK(info.held && info.count == 3 && info.fence == 42);
+  CHECK(info.owner_len == 80); /* the full length, of which the first FERROLOCK_OWNER_MAX bytes are copied */
+  CHECK(memcmp(info.owner, owner, FERROLOCK_OWNER_MAX) == 0);
+  CHECK(info.ttl_ms == -1); /* no expiry */
+  bool was_held = false;
+  OK(ferrolock_client_force_unlock(c, (const uint8_t *)"inspect-foreign", 15, &was_held, &err));
+  CHECK(was_held);
+  was_held = true;
+  OK(ferrolock_client_force_unlock(c, (const uint8_t *)"inspect-foreign", 15, &was_held, &err));
+  CHECK(!was_held); /* nothing left to delete */
+  close(fd);
+  ferrolock_client_free(c);
+}
+
+/* ---- IN_DOUBT: a renewal the server does not answer within the response timeout leaves the hold
+ * in doubt (not lost) until a renewal is confirmed again. The connect timeout is far longer: the
+ * renewal must give up after the response timeout. ---- */
+
+static void test_in_doubt(void) {
+  ferrolock_client_options o = opts_zero();
+  o.response_timeout_ms = 200;
+  o.connect_timeout_ms = 5000;
+  ferrolock_client *c = NULL;
+  OK(ferrolock_client_new(URL, strlen(URL), &o, &c, &err));
+  ferrolock_lock *l = new_lock(c, "in-doubt", 3000, FERROLOCK_RENEW_ALWAYS); /* renewed every 1 s */
+  ferrolock_guard *g = acquire(l, 0);
+  int fd = raw_connect(url_port(URL));
+  RAW(fd, "+OK", "CLIENT", "PAUSE", "1800", "ALL");
+  ferrolock_lock_state seen = FERROLOCK_LOCK_STATE_HELD;
+  for (long long end = now_ms() + 1800; now_ms() < end && seen == FERROLOCK_LOCK_STATE_HELD; sleep_ms(10))
+    seen = state_of(g);
+  CHECK(seen == FERROLOCK_LOCK_STATE_IN_DOUBT);
+  /* The pause ends: a retried renewal confirms the lease again. */
+  for (int i = 0; i < 300 && state_of(g) == FERROLOCK_LOCK_STATE_IN_DOUBT; i++) sleep_ms(10);
+  CHECK(state_of(g) == FERROLOCK_LOCK_STATE_HELD);
+  OK(ferrolock_guard_release(g, &err));
+  close(fd);
+  ferrolock_guard_free(g);
+  ferrolock_lock_free(l);
+  ferrolock_client_free(c);
+}
+
 int main(void) {
   URL = getenv("FERROLOCK_TEST_URL");
   if (URL == NULL) {
@@ -1978,6 +2160,8 @@ int main(void) {
       {"redlock", test_redlock},
       {"secret_scan", test_secret_scan},
       {"dead_server_sigpipe", test_dead_server_sigpipe},
+      {"inspect_foreign", test_inspect_foreign},
+      {"in_doubt", test_in_doubt},
   };
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
     long long t0 = now_ms();
